@@ -1,0 +1,151 @@
+//! Request and response bodies of the REST endpoints, and the one error shape.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{ToolCall, TurnState};
+
+/// Response header of `GET /history` carrying the snapshot's cursor.
+pub const CURSOR_HEADER: &str = "X-Turnstream-Cursor";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// Status of a message in history. Assistant messages are written by the server only, once, when
+/// their turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageStatus {
+    Complete,
+    Interrupted,
+    Cancelled,
+    Failed,
+}
+
+impl MessageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageStatus::Complete => "complete",
+            MessageStatus::Interrupted => "interrupted",
+            MessageStatus::Cancelled => "cancelled",
+            MessageStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "complete" => MessageStatus::Complete,
+            "interrupted" => MessageStatus::Interrupted,
+            "cancelled" => MessageStatus::Cancelled,
+            "failed" => MessageStatus::Failed,
+            _ => return None,
+        })
+    }
+
+    /// The status of the assistant message written when a turn ends in `state`.
+    pub fn for_terminal(state: TurnState) -> Self {
+        match state {
+            TurnState::Completed => MessageStatus::Complete,
+            TurnState::Cancelled => MessageStatus::Cancelled,
+            TurnState::Failed => MessageStatus::Failed,
+            TurnState::Interrupted | TurnState::Queued | TurnState::Running => {
+                MessageStatus::Interrupted
+            }
+        }
+    }
+}
+
+/// A message of chat history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub message_id: String,
+    pub client_message_id: Option<String>,
+    pub role: Role,
+    pub content: String,
+    pub status: MessageStatus,
+    pub turn_id: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Cursor of the event that brought this message (`message_received` or `turn_ended`).
+    pub event_id: String,
+}
+
+/// Body of `POST /api/sessions/{session}/messages`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostMessageRequest {
+    pub content: String,
+    #[serde(default)]
+    pub client_message_id: Option<String>,
+}
+
+/// Answer of `POST /api/sessions/{session}/messages` (202 when created, 200 on an idempotent retry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostMessageResponse {
+    pub message_id: String,
+    pub client_message_id: Option<String>,
+    pub turn_id: String,
+    /// Cursor of the `message_received` event.
+    pub event_id: String,
+}
+
+/// Answer of `GET /api/sessions/{session}/history`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryResponse {
+    pub session_id: String,
+    /// Oldest first.
+    pub messages: Vec<Message>,
+    /// Journal position of exactly this snapshot: stream from here with `snapshot=1`.
+    pub cursor: String,
+    /// Whether older messages exist (page with `before=<first message_id>`).
+    #[serde(default)]
+    pub has_more: bool,
+}
+
+/// Answer of `GET /api/turns/{turn}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnInfo {
+    pub turn_id: String,
+    pub session_id: String,
+    pub state: TurnState,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    /// The reply so far while running; the final reply once ended.
+    pub text: String,
+    #[serde(default)]
+    pub thinking: String,
+    #[serde(default)]
+    pub tools: Vec<ToolCall>,
+    /// The assistant message written when the turn ended.
+    pub message: Option<Message>,
+    pub error: Option<String>,
+}
+
+/// Answer of `POST /api/turns/{turn}/cancel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelResponse {
+    pub turn_id: String,
+    pub state: TurnState,
+}
+
+/// Answer of `DELETE /api/sessions/{session}/realtime`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearRealtimeResponse {
+    pub session_id: String,
+    pub deleted_events: u64,
+}
+
+/// Every error: `{"error": {"code": "snake_case", "message": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}

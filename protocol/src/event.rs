@@ -1,0 +1,328 @@
+//! Events: the journaled kinds every tab replays, and the control events of the stream.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::Message;
+
+/// One journaled event, as sent in the `data:` line of the stream (its `id:` line is [`Event::id`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The cursor of this event; the same string as the SSE `id:` line.
+    pub id: String,
+    pub session_id: String,
+    /// When the event was journaled, Unix milliseconds.
+    pub ts: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    #[serde(flatten)]
+    pub body: EventBody,
+    /// String fields cut to fit the payload cap, with their original sizes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub truncated: Vec<Truncation>,
+}
+
+/// The kind-specific part of an event; `kind` is the SSE `event:` name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventBody {
+    MessageReceived {
+        message: Message,
+    },
+    TurnQueued {},
+    TurnStarted {},
+    Thinking {
+        delta: String,
+    },
+    Tool(ToolCall),
+    ResponseDelta {
+        delta: String,
+    },
+    TurnEnded {
+        state: TurnState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<Message>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl EventBody {
+    /// The kind name, also the SSE `event:` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventBody::MessageReceived { .. } => "message_received",
+            EventBody::TurnQueued {} => "turn_queued",
+            EventBody::TurnStarted {} => "turn_started",
+            EventBody::Thinking { .. } => "thinking",
+            EventBody::Tool(_) => "tool",
+            EventBody::ResponseDelta { .. } => "response_delta",
+            EventBody::TurnEnded { .. } => "turn_ended",
+        }
+    }
+}
+
+/// Every journaled kind, in lifecycle order.
+pub const EVENT_KINDS: [&str; 7] = [
+    "message_received",
+    "turn_queued",
+    "turn_started",
+    "thinking",
+    "tool",
+    "response_delta",
+    "turn_ended",
+];
+
+/// A tool call as reported by a `tool` event, and as folded into a snapshot (latest status wins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub call_id: String,
+    pub name: String,
+    pub status: ToolStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_preview: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_preview: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Started,
+    Progress,
+    Finished,
+    Failed,
+}
+
+/// A string field cut to fit the payload cap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncation {
+    /// Dotted path of the field within the event, e.g. `output_preview` or `message.content`.
+    pub field: String,
+    /// Size of the field before it was cut, in bytes.
+    pub original_size: usize,
+}
+
+/// Where a turn is in its life. Exactly one `turn_ended` moves it to a terminal state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnState {
+    Queued,
+    Running,
+    Completed,
+    Cancelled,
+    Failed,
+    Interrupted,
+}
+
+impl TurnState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnState::Queued => "queued",
+            TurnState::Running => "running",
+            TurnState::Completed => "completed",
+            TurnState::Cancelled => "cancelled",
+            TurnState::Failed => "failed",
+            TurnState::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => TurnState::Queued,
+            "running" => TurnState::Running,
+            "completed" => TurnState::Completed,
+            "cancelled" => TurnState::Cancelled,
+            "failed" => TurnState::Failed,
+            "interrupted" => TurnState::Interrupted,
+            _ => return None,
+        })
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, TurnState::Queued | TurnState::Running)
+    }
+}
+
+/// The first event of a stream opened with `snapshot=1` (sent without an `id:` line).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The resume position the snapshot describes; the events after it follow.
+    pub cursor: String,
+    pub active_turns: Vec<ActiveTurn>,
+}
+
+/// An in-flight turn as of a snapshot's cursor: everything its events said so far.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActiveTurn {
+    pub turn_id: String,
+    pub session_id: String,
+    pub state: TurnState,
+    pub thinking: String,
+    pub tools: Vec<ToolCall>,
+    pub text: String,
+}
+
+impl ActiveTurn {
+    pub fn new(turn_id: impl Into<String>, session_id: impl Into<String>) -> Self {
+        ActiveTurn {
+            turn_id: turn_id.into(),
+            session_id: session_id.into(),
+            state: TurnState::Queued,
+            thinking: String::new(),
+            tools: Vec::new(),
+            text: String::new(),
+        }
+    }
+
+    /// Folds one event of this turn into its progress. The server builds snapshots with this and
+    /// clients may use it to continue one, so both sides agree on what "so far" means.
+    pub fn apply(&mut self, body: &EventBody) {
+        match body {
+            EventBody::MessageReceived { .. } | EventBody::TurnQueued {} => {}
+            EventBody::TurnStarted {} => {
+                if !self.state.is_terminal() {
+                    self.state = TurnState::Running;
+                }
+            }
+            EventBody::Thinking { delta } => self.thinking.push_str(delta),
+            EventBody::ResponseDelta { delta } => self.text.push_str(delta),
+            EventBody::Tool(call) => merge_tool(&mut self.tools, call),
+            EventBody::TurnEnded { state, .. } => self.state = *state,
+        }
+    }
+}
+
+/// Merges a tool update into a list of calls: the latest status wins, a preview is kept until replaced.
+pub fn merge_tool(tools: &mut Vec<ToolCall>, call: &ToolCall) {
+    match tools.iter_mut().find(|t| t.call_id == call.call_id) {
+        Some(existing) => {
+            existing.status = call.status;
+            if !call.name.is_empty() {
+                existing.name.clone_from(&call.name);
+            }
+            if call.input_preview.is_some() {
+                existing.input_preview.clone_from(&call.input_preview);
+            }
+            if call.output_preview.is_some() {
+                existing.output_preview.clone_from(&call.output_preview);
+            }
+        }
+        None => tools.push(call.clone()),
+    }
+}
+
+/// Why a stream asked the client to reload history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResyncReason {
+    /// The resume position did not parse.
+    Invalid,
+    /// The resume position belongs to another journal (the database was recreated).
+    Epoch,
+    /// Events after the resume position were removed by retention.
+    Expired,
+    /// The resume position is ahead of the journal head.
+    Future,
+}
+
+impl ResyncReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResyncReason::Invalid => "invalid",
+            ResyncReason::Epoch => "epoch",
+            ResyncReason::Expired => "expired",
+            ResyncReason::Future => "future",
+        }
+    }
+}
+
+/// Body of `event: history_resync_required` (sent without an `id:` line, then the stream closes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResyncRequired {
+    pub reason: ResyncReason,
+}
+
+/// SSE event names of the control events.
+pub const SNAPSHOT_EVENT: &str = "snapshot";
+pub const RESYNC_EVENT: &str = "history_resync_required";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn event_json_shape() {
+        let e = Event {
+            id: "ab-7".into(),
+            session_id: "s".into(),
+            ts: 5,
+            turn_id: Some("t".into()),
+            body: EventBody::ResponseDelta { delta: "hi".into() },
+            truncated: vec![],
+        };
+        let v = serde_json::to_value(&e).unwrap_or_default();
+        assert_eq!(
+            v,
+            json!({"id": "ab-7", "session_id": "s", "ts": 5, "turn_id": "t", "kind": "response_delta", "delta": "hi"})
+        );
+        let back: Event = serde_json::from_value(v).expect("parses");
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn tool_and_ended_shapes() {
+        let tool = EventBody::Tool(ToolCall {
+            call_id: "c1".into(),
+            name: "search".into(),
+            status: ToolStatus::Finished,
+            input_preview: None,
+            output_preview: Some("ok".into()),
+        });
+        assert_eq!(
+            serde_json::to_value(&tool).unwrap_or_default(),
+            json!({"kind": "tool", "call_id": "c1", "name": "search", "status": "finished", "output_preview": "ok"})
+        );
+        let ended = EventBody::TurnEnded {
+            state: TurnState::Failed,
+            message: None,
+            error: Some("boom".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&ended).unwrap_or_default(),
+            json!({"kind": "turn_ended", "state": "failed", "error": "boom"})
+        );
+        assert_eq!(
+            serde_json::to_value(EventBody::TurnQueued {}).unwrap_or_default(),
+            json!({"kind": "turn_queued"})
+        );
+    }
+
+    #[test]
+    fn active_turn_folds() {
+        let mut t = ActiveTurn::new("t", "s");
+        t.apply(&EventBody::TurnStarted {});
+        t.apply(&EventBody::Thinking { delta: "hm".into() });
+        let mut call = ToolCall {
+            call_id: "c".into(),
+            name: "n".into(),
+            status: ToolStatus::Started,
+            input_preview: Some("in".into()),
+            output_preview: None,
+        };
+        t.apply(&EventBody::Tool(call.clone()));
+        call.status = ToolStatus::Finished;
+        call.input_preview = None;
+        call.output_preview = Some("out".into());
+        t.apply(&EventBody::Tool(call));
+        t.apply(&EventBody::ResponseDelta { delta: "a".into() });
+        t.apply(&EventBody::ResponseDelta { delta: "b".into() });
+        assert_eq!(t.state, TurnState::Running);
+        assert_eq!(t.thinking, "hm");
+        assert_eq!(t.text, "ab");
+        assert_eq!(t.tools.len(), 1);
+        assert_eq!(t.tools[0].status, ToolStatus::Finished);
+        assert_eq!(t.tools[0].input_preview.as_deref(), Some("in"));
+        assert_eq!(t.tools[0].output_preview.as_deref(), Some("out"));
+    }
+}

@@ -1,0 +1,21 @@
+//! Wire types of turnstream's HTTP and SSE contract, version 1.
+//!
+//! # Layout
+//! - [`cursor`]: the opaque journal position a client resumes from (`<epoch>-<sequence>`).
+//! - [`event`]: journaled events (`message_received`, `turn_started`, `response_delta`, ...) and the
+//!   un-journaled control events (`snapshot`, `history_resync_required`).
+//! - [`api`]: request and response bodies of the REST endpoints, and the error shape.
+//! - [`sse`]: encoding and decoding of `text/event-stream` frames.
+//! - [`limits`]: the named limits both sides enforce.
+//!
+//! This crate depends on nothing of the project's own and compiles for the server and for wasm32.
+
+pub mod api;
+pub mod cursor;
+pub mod event;
+pub mod limits;
+pub mod sse;
+
+pub use api::*;
+pub use cursor::{Cursor, CursorError};
+pub use event::*;

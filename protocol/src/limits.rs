@@ -1,0 +1,45 @@
+//! Limits of contract v1. The server enforces them; clients may check early.
+
+/// Largest accepted user message content, in bytes of UTF-8.
+pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+/// Largest accepted request body, in bytes (content plus JSON framing and escapes).
+pub const MAX_REQUEST_BODY_BYTES: usize = 512 * 1024;
+/// Largest stored event payload (its JSON), in bytes.
+pub const MAX_EVENT_PAYLOAD_BYTES: usize = 256 * 1024;
+/// Length kept of a string field that had to be cut to fit [`MAX_EVENT_PAYLOAD_BYTES`].
+pub const TRUNCATED_PREVIEW_BYTES: usize = 8 * 1024;
+/// Longest session, turn, message or client message id.
+pub const MAX_ID_LEN: usize = 128;
+/// Default and largest page of `GET /history`.
+pub const DEFAULT_HISTORY_LIMIT: usize = 100;
+pub const MAX_HISTORY_LIMIT: usize = 1000;
+/// Most sessions one stream may subscribe to.
+pub const MAX_SESSIONS_PER_STREAM: usize = 32;
+/// Most turns a session may have queued or running at once.
+pub const MAX_ACTIVE_TURNS_PER_SESSION: usize = 64;
+
+/// Whether `id` is a valid session, turn, message or client message id: `[A-Za-z0-9_.:-]{1,128}`.
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        assert!(is_valid_id("a"));
+        assert!(is_valid_id("Sess_1.2:3-4"));
+        assert!(is_valid_id(&"x".repeat(128)));
+        assert!(!is_valid_id(""));
+        assert!(!is_valid_id(&"x".repeat(129)));
+        assert!(!is_valid_id("a b"));
+        assert!(!is_valid_id("a/b"));
+        assert!(!is_valid_id("é"));
+    }
+}

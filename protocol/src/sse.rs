@@ -1,0 +1,167 @@
+//! `text/event-stream` framing: the server's encoder and a spec-following incremental decoder
+//! (for native clients, tests and benchmarks; browsers use their own `EventSource`).
+
+/// Encodes one frame. `id: None` writes no `id:` line at all, so the browser's `lastEventId` stays
+/// where it was (an empty `id:` would reset it).
+pub fn encode(id: Option<&str>, event: &str, data: &str) -> String {
+    let mut out = String::with_capacity(data.len() + event.len() + 32);
+    if let Some(id) = id {
+        out.push_str("id: ");
+        out.push_str(id);
+        out.push('\n');
+    }
+    out.push_str("event: ");
+    out.push_str(event);
+    out.push('\n');
+    for line in data.split('\n') {
+        out.push_str("data: ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// A comment frame: ignored by clients, keeps proxies from timing the stream out.
+pub fn comment(text: &str) -> String {
+    format!(": {text}\n\n")
+}
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Frame {
+    /// The `id:` of this frame, if it had one.
+    pub id: Option<String>,
+    /// The `event:` name (`message` when absent).
+    pub event: String,
+    pub data: String,
+}
+
+/// Incremental decoder: feed it chunks as they arrive, take the frames that completed.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: String,
+    id: Option<String>,
+    event: Option<String>,
+    data: Option<String>,
+    /// The stream's last event id, as a browser would track it.
+    pub last_event_id: Option<String>,
+    /// The last `retry:` value in milliseconds.
+    pub retry_ms: Option<u64>,
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds a chunk; returns every frame it completed.
+    pub fn feed(&mut self, chunk: &str) -> Vec<Frame> {
+        self.buf.push_str(chunk);
+        let mut frames = Vec::new();
+        while let Some(pos) = self.buf.find(['\n', '\r']) {
+            let mut line: String = self.buf.drain(..pos).collect();
+            // Consume the terminator: \n, \r, or \r\n.
+            let term = self.buf.remove(0);
+            if term == '\r' && self.buf.starts_with('\n') {
+                self.buf.remove(0);
+            } else if term == '\r' && self.buf.is_empty() {
+                // A lone \r at the end of a chunk may be half of \r\n: wait for the next chunk.
+                self.buf.push('\r');
+                self.buf.insert_str(0, &line);
+                line.clear();
+                break;
+            }
+            if let Some(frame) = self.line(&line) {
+                frames.push(frame);
+            }
+        }
+        frames
+    }
+
+    fn line(&mut self, line: &str) -> Option<Frame> {
+        if line.is_empty() {
+            let data = self.data.take();
+            let event = self.event.take();
+            let id = self.id.take();
+            if let Some(id) = &id {
+                self.last_event_id = Some(id.clone());
+            }
+            return data.map(|data| Frame {
+                id,
+                event: event.unwrap_or_else(|| "message".to_string()),
+                data,
+            });
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => match &mut self.data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(value);
+                }
+                None => self.data = Some(value.to_string()),
+            },
+            "event" => self.event = Some(value.to_string()),
+            "id" if !value.contains('\0') => self.id = Some(value.to_string()),
+            "retry" => {
+                if let Ok(ms) = value.parse() {
+                    self.retry_ms = Some(ms);
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_and_decodes() {
+        let mut d = Decoder::new();
+        let a = encode(Some("e-1"), "thinking", "{\"a\":1}");
+        let b = encode(None, "snapshot", "line1\nline2");
+        let wire = format!("{a}{}{b}", comment("hb"));
+        // Feed byte by byte to exercise chunk boundaries.
+        let mut frames = Vec::new();
+        for ch in wire.chars() {
+            frames.extend(d.feed(&ch.to_string()));
+        }
+        assert_eq!(
+            frames,
+            vec![
+                Frame {
+                    id: Some("e-1".into()),
+                    event: "thinking".into(),
+                    data: "{\"a\":1}".into()
+                },
+                Frame {
+                    id: None,
+                    event: "snapshot".into(),
+                    data: "line1\nline2".into()
+                },
+            ]
+        );
+        assert_eq!(d.last_event_id.as_deref(), Some("e-1"));
+    }
+
+    #[test]
+    fn crlf_and_retry() {
+        let mut d = Decoder::new();
+        let mut frames = d.feed("retry: 1000\r\n\r");
+        frames.extend(d.feed("\nid: x-2\r\ndata: hi\r\n\r\n"));
+        assert_eq!(d.retry_ms, Some(1000));
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].data, "hi");
+        assert_eq!(frames[0].event, "message");
+    }
+}
