@@ -1,1 +1,140 @@
+//! turnstream's server: a durable, ordered journal of everything a browser shows during a chat
+//! turn, a turn runner that drives agents, and one SSE gateway that delivers the journal.
+//!
+//! # Layout
+//! - [`journal`]: SQLite storage (history, event journal, turns projection, floors), the writer
+//!   thread with group commit, stream reads, recovery and retention. Knows nothing of HTTP.
+//! - [`hub`]: live fan-out of committed events to subscribers, with lag detection.
+//! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`).
+//! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
+//! - [`gateway`]: the HTTP routes and the SSE stream.
+//! - [`config`]: command-line and environment configuration.
+
 pub mod agent;
+pub mod config;
+pub mod error;
+pub mod gateway;
+pub mod hub;
+pub mod journal;
+pub mod metrics;
+pub mod runner;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{demo::DemoAgent, openai::OpenAiAgent, Agent};
+use crate::config::{AgentKind, Config};
+use crate::error::Result;
+use crate::journal::Journal;
+use crate::runner::{Runner, RunnerConfig};
+
+/// Listen backlog: a reconnect storm must not overflow it (each dropped SYN costs a client 1 s).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds `addr` with a deep listen backlog.
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// The agent a configuration asks for.
+pub fn agent_from_config(config: &Config) -> Arc<dyn Agent> {
+    match config.agent {
+        AgentKind::Demo => Arc::new(DemoAgent {
+            delay: Duration::from_millis(config.demo_delay_ms),
+        }),
+        AgentKind::Openai => Arc::new(OpenAiAgent::new(
+            config.openai_base_url.clone(),
+            config.openai_model.clone(),
+            std::env::var("OPENAI_API_KEY").ok(),
+        )),
+    }
+}
+
+/// Runs the server on `listener` until `shutdown` resolves, then shuts down gracefully: stop
+/// accepting, let running turns finish for the grace period (streams keep delivering them), end
+/// the rest `interrupted`, close the streams, and flush the journal.
+pub async fn run(
+    config: Config,
+    agent: Arc<dyn Agent>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let journal = Journal::open(&config.db, metrics)?;
+    let runner = Runner::new(
+        journal.clone(),
+        agent,
+        RunnerConfig {
+            coalesce: config.coalesce(),
+            max_concurrent_turns: config.max_concurrent_turns,
+        },
+    );
+    runner.start().await?;
+    let streams_end = CancellationToken::new();
+    let state = gateway::AppState {
+        journal: journal.clone(),
+        runner: runner.clone(),
+        limits: Arc::new(gateway::Limits {
+            heartbeat: config.heartbeat(),
+            max_streams: config.max_streams,
+            max_active_turns: config.max_active_turns,
+        }),
+        shutdown: streams_end.clone(),
+    };
+    let app = gateway::router(state, config.www.as_deref(), &config.cors_origins);
+
+    let cleanup = tokio::spawn(cleanup_loop(
+        journal.clone(),
+        Duration::from_secs(config.retention_secs),
+        Duration::from_secs(config.cleanup_interval_secs.max(1)),
+    ));
+
+    let stop_accepting = CancellationToken::new();
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(stop_accepting.clone().cancelled_owned())
+        .into_future();
+    let server = tokio::spawn(server);
+
+    shutdown.await;
+    tracing::info!("shutting down: no new connections or messages");
+    stop_accepting.cancel();
+    runner
+        .shutdown(Duration::from_secs(config.shutdown_grace_secs))
+        .await;
+    streams_end.cancel();
+    cleanup.abort();
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "server error"),
+        Err(e) => tracing::error!(error = %e, "server task failed"),
+    }
+    journal.close();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn cleanup_loop(journal: Journal, retention: Duration, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let cutoff = journal::now_ms() - retention.as_millis() as i64;
+        match journal.cleanup(cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(deleted = n, "retention cleanup"),
+            Err(e) => tracing::warn!(error = %e, "retention cleanup failed"),
+        }
+    }
+}

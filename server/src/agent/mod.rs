@@ -68,5 +68,6 @@ pub struct AgentError(pub String);
 /// Produces one turn. Returning `Ok` completes the turn with the text sent through
 /// [`TurnSink::response`]; `Err` fails it, keeping that text. Cancellation drops the future.
 pub trait Agent: Send + Sync + 'static {
-    fn run<'a>(&'a self, ctx: TurnContext, sink: TurnSink) -> BoxFuture<'a, Result<(), AgentError>>;
+    fn run<'a>(&'a self, ctx: TurnContext, sink: TurnSink)
+        -> BoxFuture<'a, Result<(), AgentError>>;
 }

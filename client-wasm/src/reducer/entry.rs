@@ -1,0 +1,252 @@
+//! One bubble of the conversation, as the reducer keeps it: what each source may say about it and
+//! how two partial accounts of the same bubble are joined.
+//!
+//! Every field moves only forward (a status up its ladder, a progress to a later journal position,
+//! a final reply from a weaker to a stronger source), so joining is order-independent: whichever
+//! way history, snapshot, stream, POST responses, cache and sibling tabs interleave, the same facts
+//! give the same entry.
+
+use serde::{Deserialize, Serialize};
+use turnstream_protocol::{merge_tool, ActiveTurn, EventBody, MessageStatus, ToolCall, TurnState};
+
+/// Where a user message is on its way to the journal. Ordered: a later rung wins a join, so a
+/// message the server accepted is `Sent` even if a stale tab still thinks it was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserStatus {
+    Sending,
+    Rejected,
+    Sent,
+}
+
+/// Why a message or a turn did not make it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryError {
+    pub code: String,
+    pub message: String,
+}
+
+/// A user message: optimistic until the journal (or a POST response) gives it a position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserEntry {
+    pub key: String,
+    pub client_message_id: Option<String>,
+    pub message_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub content: String,
+    /// Unix milliseconds: the sender's clock until the server's is known.
+    pub created_at: i64,
+    /// Sequence of the `message_received` event: the bubble's place in the journal.
+    pub seq: Option<i64>,
+    pub status: UserStatus,
+    pub error: Option<EntryError>,
+    /// Whether `content`/`created_at` are the server's (they then win every join).
+    pub from_server: bool,
+    /// Order among unsent messages of one tab (the clock alone ties within a millisecond).
+    pub send_order: u64,
+}
+
+impl UserEntry {
+    /// Folds another account of the same message into this one.
+    pub fn join(&mut self, other: &UserEntry) {
+        if other.from_server && !self.from_server {
+            self.content.clone_from(&other.content);
+            self.created_at = other.created_at;
+            self.from_server = true;
+        }
+        if other.status > self.status {
+            self.status = other.status;
+        }
+        if self.status == UserStatus::Rejected {
+            if self.error.is_none() {
+                self.error.clone_from(&other.error);
+            }
+        } else {
+            self.error = None;
+        }
+        fill(&mut self.client_message_id, &other.client_message_id);
+        fill(&mut self.message_id, &other.message_id);
+        fill(&mut self.turn_id, &other.turn_id);
+        if self.seq.is_none() {
+            self.seq = other.seq;
+        }
+        if self.send_order == 0 {
+            self.send_order = other.send_order;
+        }
+    }
+}
+
+/// How much a final reply is worth: a stronger one replaces a weaker one in a join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinalSource {
+    /// The server no longer knows the turn (turn status 404): the SDK closed it itself.
+    Lost,
+    /// A terminal state without the written assistant message.
+    State,
+    /// The assistant message the server wrote to history.
+    Message,
+}
+
+/// How a turn ended, once it has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Final {
+    pub status: MessageStatus,
+    pub source: FinalSource,
+    pub message_id: Option<String>,
+    pub content: String,
+    /// The content was cut to fit an event; history carries it whole.
+    pub truncated: bool,
+    pub error: Option<String>,
+}
+
+impl Final {
+    fn beats(&self, other: &Final) -> bool {
+        self.source > other.source
+            || (self.source == other.source && other.truncated && !self.truncated)
+    }
+}
+
+/// A turn's progress as of one journal position: the fold of its events up to `through`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Last journal sequence folded in; `None` before any event of the turn.
+    pub through: Option<i64>,
+    pub running: bool,
+    pub text: String,
+    pub thinking: String,
+    pub tools: Vec<ToolCall>,
+}
+
+impl Progress {
+    pub fn empty() -> Self {
+        Progress {
+            through: None,
+            running: false,
+            text: String::new(),
+            thinking: String::new(),
+            tools: Vec::new(),
+        }
+    }
+
+    /// The progress a snapshot reports at journal position `seq`.
+    pub fn from_active(turn: &ActiveTurn, seq: i64) -> Self {
+        Progress {
+            through: Some(seq),
+            running: turn.state == TurnState::Running,
+            text: turn.text.clone(),
+            thinking: turn.thinking.clone(),
+            tools: turn.tools.clone(),
+        }
+    }
+
+    /// Folds the event at `seq`, unless this progress already covers it (a replayed duplicate).
+    /// Events of one stream arrive in journal order, so "already covers" is a comparison.
+    pub fn apply(&mut self, seq: i64, body: &EventBody) -> bool {
+        if self.through.is_some_and(|t| seq <= t) {
+            return false;
+        }
+        self.through = Some(seq);
+        match body {
+            EventBody::TurnStarted {} => self.running = true,
+            EventBody::Thinking { delta } => self.thinking.push_str(delta),
+            EventBody::ResponseDelta { delta } => self.text.push_str(delta),
+            EventBody::Tool(call) => merge_tool(&mut self.tools, call),
+            EventBody::MessageReceived { .. }
+            | EventBody::TurnQueued {}
+            | EventBody::TurnEnded { .. } => {}
+        }
+        true
+    }
+}
+
+/// The assistant side of one turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AssistantEntry {
+    pub turn_id: String,
+    /// Lowest journal sequence known to belong to this turn: its place when its user message is
+    /// not known (say, older than the history page).
+    pub anchor: Option<i64>,
+    pub progress: Progress,
+    #[serde(rename = "final")]
+    pub fin: Option<Final>,
+    /// Settled by a turn-status check rather than by the stream.
+    pub recovered: bool,
+}
+
+impl AssistantEntry {
+    pub fn new(turn_id: &str) -> Self {
+        AssistantEntry {
+            turn_id: turn_id.to_owned(),
+            anchor: None,
+            progress: Progress::empty(),
+            fin: None,
+            recovered: false,
+        }
+    }
+
+    pub fn is_final(&self) -> bool {
+        self.fin.is_some()
+    }
+
+    pub fn note_anchor(&mut self, seq: Option<i64>) -> bool {
+        match (seq, self.anchor) {
+            (Some(s), Some(a)) if s < a => self.anchor = Some(s),
+            (Some(s), None) => self.anchor = Some(s),
+            _ => return false,
+        }
+        true
+    }
+
+    /// Replaces the progress when `other` covers a later journal position.
+    pub fn offer_progress(&mut self, other: &Progress) -> bool {
+        let newer = match (other.through, self.progress.through) {
+            (Some(o), Some(s)) => o > s,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if newer {
+            self.progress = other.clone();
+        }
+        newer
+    }
+
+    /// Records how the turn ended, unless a stronger account is already here.
+    pub fn offer_final(&mut self, fin: Final) -> bool {
+        match &self.fin {
+            Some(existing) if !fin.beats(existing) => {
+                // Keep the reason a turn failed even when it came with the weaker account.
+                if existing.error.is_none() && fin.error.is_some() {
+                    if let Some(e) = self.fin.as_mut() {
+                        e.error = fin.error;
+                    }
+                    return true;
+                }
+                false
+            }
+            _ => {
+                let error = fin
+                    .error
+                    .clone()
+                    .or_else(|| self.fin.as_ref().and_then(|f| f.error.clone()));
+                self.fin = Some(Final { error, ..fin });
+                true
+            }
+        }
+    }
+
+    pub fn join(&mut self, other: &AssistantEntry) {
+        self.note_anchor(other.anchor);
+        self.offer_progress(&other.progress);
+        if let Some(fin) = &other.fin {
+            self.offer_final(fin.clone());
+        }
+        self.recovered |= other.recovered;
+    }
+}
+
+fn fill(slot: &mut Option<String>, other: &Option<String>) {
+    if slot.is_none() {
+        slot.clone_from(other);
+    }
+}

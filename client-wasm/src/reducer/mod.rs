@@ -1,0 +1,662 @@
+//! The conversation reducer: one session's bubbles, merged from every source the SDK hears
+//! (cache, history, snapshot, stream, POST responses, optimistic sends, turn-status checks and
+//! sibling tabs). Plain Rust, no browser types, so it is tested natively.
+//!
+//! # Model
+//! Each bubble is keyed by identity, never by arrival: a user message by its client_message_id
+//! (else message_id), a reply by its turn. Sources only add facts (see [`entry`]), so a replay, a
+//! duplicate or a late POST response changes nothing it should not. A turn's progress is the fold
+//! of its events up to a journal position; a later position (a snapshot, a sibling's cache) replaces
+//! an earlier one, and an event at or below the position already folded is a duplicate.
+
+pub mod entry;
+pub mod view;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use turnstream_protocol::{
+    Cursor, ErrorDetail, Event, EventBody, HistoryResponse, Message, MessageStatus,
+    PostMessageResponse, Role as WireRole, Snapshot, TurnInfo,
+};
+
+use entry::{AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus};
+pub use view::{Connection, EntryStatus, EntryView, Role, ToolView, View};
+use view::{assistant_view, user_view, Place};
+
+/// Version of [`CacheRecord`]; a cache of another version is ignored.
+pub const CACHE_VERSION: u32 = 1;
+
+/// What the SDK keeps of a session between page loads (IndexedDB) and hands between tabs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheRecord {
+    pub version: u32,
+    pub session_id: String,
+    /// Journal the server-derived entries belong to.
+    pub epoch: Option<String>,
+    pub users: Vec<UserEntry>,
+    pub turns: Vec<AssistantEntry>,
+}
+
+/// One session's conversation. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    session_id: String,
+    /// Journal the server-derived entries belong to; a history of another epoch resets them.
+    epoch: Option<String>,
+    users: BTreeMap<String, UserEntry>,
+    turns: BTreeMap<String, AssistantEntry>,
+    /// turn_id -> key of the user message that started it.
+    turn_user: BTreeMap<String, String>,
+    connection: Connection,
+    gap: bool,
+    /// Highest journal sequence the stream delivered.
+    high_water: Option<i64>,
+    /// Turns whose fate the journal did not tell: to be asked with `GET /api/turns/{turn}`.
+    to_check: BTreeSet<String>,
+    /// Of those, the ones handed out and not answered yet.
+    checking: BTreeSet<String>,
+    /// Bumped on every change, so a caller can tell "same view" cheaply.
+    revision: u64,
+    send_counter: u64,
+}
+
+impl Conversation {
+    pub fn new(session_id: impl Into<String>) -> Self {
+        Conversation {
+            session_id: session_id.into(),
+            epoch: None,
+            users: BTreeMap::new(),
+            turns: BTreeMap::new(),
+            turn_user: BTreeMap::new(),
+            connection: Connection::Connecting,
+            gap: false,
+            high_water: None,
+            to_check: BTreeSet::new(),
+            checking: BTreeSet::new(),
+            revision: 0,
+            send_counter: 0,
+        }
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Changes whenever the view may have changed.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    pub fn connection(&self) -> Connection {
+        self.connection
+    }
+
+    /// Highest journal sequence the stream delivered.
+    pub fn high_water(&self) -> Option<i64> {
+        self.high_water
+    }
+
+    fn touch(&mut self, changed: bool) -> bool {
+        if changed {
+            self.revision += 1;
+        }
+        changed
+    }
+
+    // ----- sources -----
+
+    /// A cache written by an earlier page load or a sibling tab.
+    pub fn apply_cache(&mut self, rec: &CacheRecord) -> bool {
+        if rec.version != CACHE_VERSION || rec.session_id != self.session_id {
+            return false;
+        }
+        let same_journal = match (&self.epoch, &rec.epoch) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        if self.epoch.is_none() {
+            self.epoch.clone_from(&rec.epoch);
+        }
+        let mut changed = false;
+        for u in &rec.users {
+            // Entries of a journal that no longer exists would be ghosts; unsent ones are still ours.
+            if same_journal || u.status != UserStatus::Sent {
+                changed |= self.join_user(u.clone());
+            }
+        }
+        if same_journal {
+            for t in &rec.turns {
+                changed |= self.join_turn(t);
+                if !self.turns.get(&t.turn_id).is_some_and(|a| a.is_final()) {
+                    // Cached mid-turn: its end may have happened while no page listened.
+                    self.to_check.insert(t.turn_id.clone());
+                }
+            }
+        }
+        self.touch(changed)
+    }
+
+    /// A page of history; its cursor is the journal position it describes.
+    pub fn apply_history(&mut self, h: &HistoryResponse) -> bool {
+        if h.session_id != self.session_id {
+            return false;
+        }
+        let mut changed = false;
+        if let Ok(cursor) = h.cursor.parse::<Cursor>() {
+            changed |= self.adopt_epoch(&cursor.epoch);
+        }
+        for m in &h.messages {
+            changed |= self.absorb_message(m, None, false);
+        }
+        self.touch(changed)
+    }
+
+    /// The active turns at the snapshot's cursor (first frame of a stream opened with snapshot=1).
+    pub fn apply_snapshot(&mut self, s: &Snapshot) -> bool {
+        let Some(seq) = self.position(&s.cursor) else {
+            return false;
+        };
+        let mut changed = false;
+        let mut active = BTreeSet::new();
+        for at in &s.active_turns {
+            if at.session_id != self.session_id || at.state.is_terminal() {
+                continue;
+            }
+            active.insert(at.turn_id.clone());
+            let a = self.turn_mut(&at.turn_id, &mut changed);
+            changed |= a.note_anchor(Some(seq));
+            if !a.is_final() {
+                changed |= a.offer_progress(&Progress::from_active(at, seq));
+            }
+        }
+        // A turn we think is open, started at or before the snapshot, but not in it: it ended
+        // without our hearing of it. Ask the server.
+        let missing: Vec<String> = self
+            .turns
+            .values()
+            .filter(|a| !a.is_final() && !active.contains(&a.turn_id))
+            .filter(|a| self.introduced_at(a).is_none_or(|i| i <= seq))
+            .map(|a| a.turn_id.clone())
+            .collect();
+        for t in missing {
+            self.checking.remove(&t);
+            self.to_check.insert(t);
+        }
+        self.touch(changed)
+    }
+
+    /// One journaled event from the stream.
+    pub fn apply_event(&mut self, e: &Event) -> bool {
+        if e.session_id != self.session_id {
+            return false;
+        }
+        let Some(seq) = self.position(&e.id) else {
+            return false;
+        };
+        self.high_water = Some(self.high_water.map_or(seq, |h| h.max(seq)));
+        let mut changed = false;
+        match &e.body {
+            EventBody::MessageReceived { message } => {
+                changed |= self.absorb_message(message, Some(seq), false);
+            }
+            EventBody::TurnEnded {
+                state,
+                message,
+                error,
+            } => {
+                let Some(turn_id) = e
+                    .turn_id
+                    .clone()
+                    .or_else(|| message.as_ref().and_then(|m| m.turn_id.clone()))
+                else {
+                    return false;
+                };
+                let truncated = e.truncated.iter().any(|t| t.field == "message.content");
+                let a = self.turn_mut(&turn_id, &mut changed);
+                changed |= a.note_anchor(Some(seq));
+                changed |= a.progress.apply(seq, &e.body);
+                let fin = match message {
+                    Some(m) => Final {
+                        status: m.status,
+                        source: FinalSource::Message,
+                        message_id: Some(m.message_id.clone()),
+                        content: m.content.clone(),
+                        truncated,
+                        error: error.clone(),
+                    },
+                    None => Final {
+                        status: MessageStatus::for_terminal(*state),
+                        source: FinalSource::State,
+                        message_id: None,
+                        content: a.progress.text.clone(),
+                        truncated: false,
+                        error: error.clone(),
+                    },
+                };
+                changed |= a.offer_final(fin);
+                self.settled(&turn_id);
+            }
+            body => {
+                let Some(turn_id) = &e.turn_id else {
+                    return false;
+                };
+                let a = self.turn_mut(turn_id, &mut changed);
+                changed |= a.note_anchor(Some(seq));
+                // A settled turn takes no more progress: its reply is the written message.
+                if !a.is_final() {
+                    changed |= a.progress.apply(seq, body);
+                }
+            }
+        }
+        self.touch(changed)
+    }
+
+    /// The answer to our own `POST /messages` (or a sibling's, relayed).
+    pub fn apply_post_response(&mut self, r: &PostMessageResponse) -> bool {
+        let Some(seq) = self.position(&r.event_id) else {
+            return false;
+        };
+        let mut changed = false;
+        let key = r
+            .client_message_id
+            .clone()
+            .unwrap_or_else(|| r.message_id.clone());
+        if let Some(existing) = self.users.get(&key) {
+            // Without the content we cannot show a bubble; message_received will bring it.
+            let incoming = UserEntry {
+                message_id: Some(r.message_id.clone()),
+                turn_id: Some(r.turn_id.clone()),
+                seq: Some(seq),
+                status: UserStatus::Sent,
+                from_server: false,
+                error: None,
+                ..existing.clone()
+            };
+            changed |= self.join_user(incoming);
+        }
+        let a = self.turn_mut(&r.turn_id, &mut changed);
+        changed |= a.note_anchor(Some(seq));
+        self.touch(changed)
+    }
+
+    /// A message this tab is sending: shown at once, `sending` until the server has it.
+    pub fn send_local(&mut self, client_message_id: &str, content: &str, created_at: i64) -> bool {
+        self.optimistic(client_message_id, content, created_at)
+    }
+
+    /// A sibling tab's optimistic message (it may arrive after the server's copy: then it is a no-op).
+    pub fn apply_optimistic(
+        &mut self,
+        client_message_id: &str,
+        content: &str,
+        created_at: i64,
+    ) -> bool {
+        self.optimistic(client_message_id, content, created_at)
+    }
+
+    fn optimistic(&mut self, client_message_id: &str, content: &str, created_at: i64) -> bool {
+        if self.users.contains_key(client_message_id) {
+            return false;
+        }
+        self.send_counter += 1;
+        let entry = UserEntry {
+            key: client_message_id.to_owned(),
+            client_message_id: Some(client_message_id.to_owned()),
+            message_id: None,
+            turn_id: None,
+            content: content.to_owned(),
+            created_at,
+            seq: None,
+            status: UserStatus::Sending,
+            error: None,
+            from_server: false,
+            send_order: self.send_counter,
+        };
+        let changed = self.join_user(entry);
+        self.touch(changed)
+    }
+
+    /// The server refused a message for good (a 4xx other than 409/429).
+    pub fn reject(&mut self, client_message_id: &str, error: &ErrorDetail) -> bool {
+        let Some(u) = self.users.get_mut(client_message_id) else {
+            return false;
+        };
+        if u.status != UserStatus::Sending {
+            return false;
+        }
+        u.status = UserStatus::Rejected;
+        u.error = Some(EntryError {
+            code: error.code.clone(),
+            message: error.message.clone(),
+        });
+        self.touch(true)
+    }
+
+    /// The answer of `GET /api/turns/{turn}`; `None` when the server does not know the turn (404).
+    pub fn apply_turn_info(&mut self, turn_id: &str, info: Option<&TurnInfo>) -> bool {
+        self.checking.remove(turn_id);
+        let mut changed = false;
+        let Some(a) = self.turns.get_mut(turn_id) else {
+            self.to_check.remove(turn_id);
+            return false;
+        };
+        match info {
+            None => {
+                if !a.is_final() {
+                    changed |= a.offer_final(Final {
+                        status: MessageStatus::Interrupted,
+                        source: FinalSource::Lost,
+                        message_id: None,
+                        content: a.progress.text.clone(),
+                        truncated: false,
+                        error: Some("the server no longer knows this turn".to_owned()),
+                    });
+                    a.recovered = true;
+                    self.gap = true;
+                }
+            }
+            Some(i) if i.session_id != self.session_id => return false,
+            Some(i) if i.state.is_terminal() => {
+                let end = i
+                    .message
+                    .as_ref()
+                    .and_then(|m| self.epoch_seq(&m.event_id))
+                    .unwrap_or(i64::MAX);
+                let Some(a) = self.turns.get_mut(turn_id) else {
+                    return false;
+                };
+                let fin = match &i.message {
+                    Some(m) => Final {
+                        status: m.status,
+                        source: FinalSource::Message,
+                        message_id: Some(m.message_id.clone()),
+                        content: m.content.clone(),
+                        truncated: false,
+                        error: i.error.clone(),
+                    },
+                    None => Final {
+                        status: MessageStatus::for_terminal(i.state),
+                        source: FinalSource::State,
+                        message_id: None,
+                        content: i.text.clone(),
+                        truncated: false,
+                        error: i.error.clone(),
+                    },
+                };
+                let was_final = a.is_final();
+                changed |= a.offer_final(fin);
+                // The status answer carries the whole fold of the turn: its thinking and tools.
+                changed |= a.offer_progress(&Progress {
+                    through: Some(end),
+                    running: true,
+                    text: i.text.clone(),
+                    thinking: i.thinking.clone(),
+                    tools: i.tools.clone(),
+                });
+                if !was_final {
+                    a.recovered = true;
+                    changed = true;
+                }
+            }
+            // Queued or running: the stream carries it on.
+            Some(_) => {}
+        }
+        self.to_check.remove(turn_id);
+        self.touch(changed)
+    }
+
+    pub fn set_connection(&mut self, c: Connection) -> bool {
+        let changed = self.connection != c;
+        self.connection = c;
+        self.touch(changed)
+    }
+
+    /// Something could not be recovered (the server asked for a history resync).
+    pub fn mark_gap(&mut self) -> bool {
+        let changed = !self.gap;
+        self.gap = true;
+        self.touch(changed)
+    }
+
+    // ----- questions the browser glue asks -----
+
+    /// Turns to ask `GET /api/turns/{turn}` about; each is handed out once until answered or
+    /// [`Conversation::check_failed`].
+    pub fn take_turns_to_check(&mut self) -> Vec<String> {
+        let out: Vec<String> = self
+            .to_check
+            .iter()
+            .filter(|t| !self.checking.contains(*t))
+            .filter(|t| self.turns.get(*t).is_some_and(|a| !a.is_final()))
+            .cloned()
+            .collect();
+        self.checking.extend(out.iter().cloned());
+        out
+    }
+
+    /// A status check could not reach the server: hand the turn out again next time.
+    pub fn check_failed(&mut self, turn_id: &str) {
+        self.checking.remove(turn_id);
+    }
+
+    /// Messages still to post, oldest first: `(client_message_id, content)`.
+    pub fn outbox(&self) -> Vec<(String, String)> {
+        let mut pending: Vec<&UserEntry> = self
+            .users
+            .values()
+            .filter(|u| u.status == UserStatus::Sending)
+            .collect();
+        pending.sort_by_key(|u| (u.created_at, u.send_order, u.key.clone()));
+        pending
+            .into_iter()
+            .map(|u| (u.key.clone(), u.content.clone()))
+            .collect()
+    }
+
+    /// Whether a message is still waiting for the server.
+    pub fn is_sending(&self, client_message_id: &str) -> bool {
+        self.users
+            .get(client_message_id)
+            .is_some_and(|u| u.status == UserStatus::Sending)
+    }
+
+    pub fn to_cache(&self) -> CacheRecord {
+        CacheRecord {
+            version: CACHE_VERSION,
+            session_id: self.session_id.clone(),
+            epoch: self.epoch.clone(),
+            users: self.users.values().cloned().collect(),
+            turns: self.turns.values().cloned().collect(),
+        }
+    }
+
+    pub fn view(&self) -> View {
+        let mut placed: Vec<(Place, &str, EntryView)> =
+            Vec::with_capacity(self.users.len() + self.turns.len());
+        for u in self.users.values() {
+            let place = match u.seq {
+                Some(seq) => Place::Journal { seq, rank: 0 },
+                None => Place::Unsent {
+                    created_at: u.created_at,
+                    send_order: u.send_order,
+                },
+            };
+            placed.push((place, &u.key, user_view(u)));
+        }
+        for a in self.turns.values() {
+            let place = match self.introduced_at(a) {
+                Some(seq) => Place::Journal { seq, rank: 1 },
+                None => Place::Unknown,
+            };
+            placed.push((place, &a.turn_id, assistant_view(a)));
+        }
+        placed.sort_by(|x, y| (&x.0, x.1).cmp(&(&y.0, y.1)));
+        View {
+            session_id: self.session_id.clone(),
+            connection: self.connection,
+            busy: self.turns.values().any(|a| !a.is_final()),
+            gap: self.gap,
+            messages: placed.into_iter().map(|(_, _, v)| v).collect(),
+        }
+    }
+
+    // ----- internals -----
+
+    /// Where a turn's reply sits: right after the message that started it, else at the lowest
+    /// journal position known to belong to it.
+    fn introduced_at(&self, a: &AssistantEntry) -> Option<i64> {
+        self.turn_user
+            .get(&a.turn_id)
+            .and_then(|k| self.users.get(k))
+            .and_then(|u| u.seq)
+            .or(a.anchor)
+    }
+
+    /// The sequence of a cursor of our journal; `None` for garbage or another journal's cursor
+    /// (a stale source: the history of the new journal will replace everything).
+    fn position(&mut self, cursor: &str) -> Option<i64> {
+        let c = cursor.parse::<Cursor>().ok()?;
+        match &self.epoch {
+            None => {
+                self.epoch = Some(c.epoch);
+                Some(c.sequence)
+            }
+            Some(e) if *e == c.epoch => Some(c.sequence),
+            Some(_) => None,
+        }
+    }
+
+    fn epoch_seq(&self, cursor: &str) -> Option<i64> {
+        let c = cursor.parse::<Cursor>().ok()?;
+        (self.epoch.as_deref() == Some(c.epoch.as_str())).then_some(c.sequence)
+    }
+
+    /// Takes the journal of a history; when it is a new journal (the server's database was
+    /// recreated) drops everything that came from the old one, keeping only unsent messages.
+    fn adopt_epoch(&mut self, epoch: &str) -> bool {
+        match &self.epoch {
+            Some(e) if e == epoch => false,
+            None => {
+                self.epoch = Some(epoch.to_owned());
+                false
+            }
+            Some(_) => {
+                self.epoch = Some(epoch.to_owned());
+                let had = !self.turns.is_empty()
+                    || self.users.values().any(|u| u.status == UserStatus::Sent);
+                self.users.retain(|_, u| u.status != UserStatus::Sent);
+                self.turns.clear();
+                self.turn_user.clear();
+                self.to_check.clear();
+                self.checking.clear();
+                self.high_water = None;
+                if had {
+                    self.gap = true;
+                }
+                had
+            }
+        }
+    }
+
+    fn absorb_message(&mut self, m: &Message, seq_hint: Option<i64>, _relayed: bool) -> bool {
+        let seq = self.epoch_seq(&m.event_id).or(seq_hint);
+        match m.role {
+            WireRole::User => {
+                let key = m
+                    .client_message_id
+                    .clone()
+                    .unwrap_or_else(|| m.message_id.clone());
+                let incoming = UserEntry {
+                    key,
+                    client_message_id: m.client_message_id.clone(),
+                    message_id: Some(m.message_id.clone()),
+                    turn_id: m.turn_id.clone(),
+                    content: m.content.clone(),
+                    created_at: m.created_at,
+                    seq,
+                    status: UserStatus::Sent,
+                    error: None,
+                    from_server: true,
+                    send_order: 0,
+                };
+                let mut changed = self.join_user(incoming);
+                if let Some(turn_id) = &m.turn_id {
+                    self.turn_mut(turn_id, &mut changed);
+                }
+                changed
+            }
+            WireRole::Assistant => {
+                let Some(turn_id) = &m.turn_id else {
+                    return false;
+                };
+                let mut changed = false;
+                let a = self.turn_mut(turn_id, &mut changed);
+                changed |= a.note_anchor(seq);
+                changed |= a.offer_final(Final {
+                    status: m.status,
+                    source: FinalSource::Message,
+                    message_id: Some(m.message_id.clone()),
+                    content: m.content.clone(),
+                    truncated: false,
+                    error: None,
+                });
+                self.settled(turn_id);
+                changed
+            }
+        }
+    }
+
+    fn settled(&mut self, turn_id: &str) {
+        self.to_check.remove(turn_id);
+        self.checking.remove(turn_id);
+    }
+
+    fn join_user(&mut self, incoming: UserEntry) -> bool {
+        if let Some(turn_id) = &incoming.turn_id {
+            self.turn_user
+                .entry(turn_id.clone())
+                .or_insert_with(|| incoming.key.clone());
+        }
+        match self.users.get_mut(&incoming.key) {
+            Some(existing) => {
+                let before = existing.clone();
+                existing.join(&incoming);
+                *existing != before
+            }
+            None => {
+                self.users.insert(incoming.key.clone(), incoming);
+                true
+            }
+        }
+    }
+
+    fn join_turn(&mut self, incoming: &AssistantEntry) -> bool {
+        match self.turns.get_mut(&incoming.turn_id) {
+            Some(existing) => {
+                let before = existing.clone();
+                existing.join(incoming);
+                *existing != before
+            }
+            None => {
+                self.turns
+                    .insert(incoming.turn_id.clone(), incoming.clone());
+                true
+            }
+        }
+    }
+
+    fn turn_mut(&mut self, turn_id: &str, changed: &mut bool) -> &mut AssistantEntry {
+        self.turns.entry(turn_id.to_owned()).or_insert_with(|| {
+            *changed = true;
+            AssistantEntry::new(turn_id)
+        })
+    }
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests;
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod sim;
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod props;

@@ -1,0 +1,188 @@
+//! What a UI renders: the view built from the reducer's entries, in the shape the JS API returns
+//! (camelCase, closed string unions).
+
+use serde::{Deserialize, Serialize};
+use turnstream_protocol::{MessageStatus, ToolCall, ToolStatus};
+
+use super::entry::{AssistantEntry, EntryError, UserEntry, UserStatus};
+
+/// The link to the server, as a UI would word it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Connection {
+    /// Loading history and opening the stream for the first time.
+    Connecting,
+    /// The stream is open: what is shown is what the server has.
+    Live,
+    /// The stream dropped; the browser (or the SDK) is resuming from the last event seen.
+    Reconnecting,
+    /// The server asked for a history reload (its journal no longer covers our position).
+    Resyncing,
+    /// The browser reports no network.
+    Offline,
+    /// `close()` was called.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// `sending|sent|rejected` for user entries, `queued|streaming|complete|cancelled|failed|interrupted`
+/// for assistant entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryStatus {
+    Sending,
+    Sent,
+    Rejected,
+    Queued,
+    Streaming,
+    Complete,
+    Cancelled,
+    Failed,
+    Interrupted,
+}
+
+/// A tool call as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolView {
+    pub call_id: String,
+    pub name: String,
+    pub status: ToolStatus,
+    pub input_preview: Option<String>,
+    pub output_preview: Option<String>,
+}
+
+impl From<&ToolCall> for ToolView {
+    fn from(t: &ToolCall) -> Self {
+        ToolView {
+            call_id: t.call_id.clone(),
+            name: t.name.clone(),
+            status: t.status,
+            input_preview: t.input_preview.clone(),
+            output_preview: t.output_preview.clone(),
+        }
+    }
+}
+
+/// One bubble as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryView {
+    /// Stable for the life of the bubble: the client_message_id (else message_id) of a user
+    /// message, `turn:<turn_id>` of a reply. Use it as the React key.
+    pub key: String,
+    pub role: Role,
+    pub content: String,
+    pub status: EntryStatus,
+    pub message_id: Option<String>,
+    pub client_message_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub thinking: String,
+    pub tools: Vec<ToolView>,
+    /// Settled by a turn-status check after a reload, not by the live stream.
+    pub recovered: bool,
+    pub error: Option<EntryError>,
+    /// Unix milliseconds (the sender's clock until the server's is known); `null` for replies.
+    pub created_at: Option<i64>,
+}
+
+/// Everything a UI renders for one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct View {
+    pub session_id: String,
+    pub connection: Connection,
+    /// The session has a queued or running turn.
+    pub busy: bool,
+    /// The SDK knows something could not be recovered (a history resync, or a turn the server lost).
+    pub gap: bool,
+    pub messages: Vec<EntryView>,
+}
+
+/// Where a bubble sits: journal entries by the sequence of the event that introduced them (a
+/// reply right after the message that started its turn), then unsent messages in send order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Place {
+    Journal { seq: i64, rank: u8 },
+    Unsent { created_at: i64, send_order: u64 },
+    /// A reply whose position nothing tells (should not happen): after everything.
+    Unknown,
+}
+
+pub(crate) fn user_view(u: &UserEntry) -> EntryView {
+    EntryView {
+        key: u.key.clone(),
+        role: Role::User,
+        content: u.content.clone(),
+        status: match u.status {
+            UserStatus::Sending => EntryStatus::Sending,
+            UserStatus::Sent => EntryStatus::Sent,
+            UserStatus::Rejected => EntryStatus::Rejected,
+        },
+        message_id: u.message_id.clone(),
+        client_message_id: u.client_message_id.clone(),
+        turn_id: u.turn_id.clone(),
+        thinking: String::new(),
+        tools: Vec::new(),
+        recovered: false,
+        error: u.error.clone(),
+        created_at: Some(u.created_at),
+    }
+}
+
+pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
+    let (status, content, message_id, error) = match &a.fin {
+        Some(f) => (
+            match f.status {
+                MessageStatus::Complete => EntryStatus::Complete,
+                MessageStatus::Cancelled => EntryStatus::Cancelled,
+                MessageStatus::Failed => EntryStatus::Failed,
+                MessageStatus::Interrupted => EntryStatus::Interrupted,
+            },
+            f.content.clone(),
+            f.message_id.clone(),
+            f.error.as_ref().map(|m| EntryError {
+                code: match f.source {
+                    super::entry::FinalSource::Lost => "turn_not_found".to_owned(),
+                    _ => "turn_failed".to_owned(),
+                },
+                message: m.clone(),
+            }),
+        ),
+        None => (
+            if a.progress.running {
+                EntryStatus::Streaming
+            } else {
+                EntryStatus::Queued
+            },
+            a.progress.text.clone(),
+            None,
+            None,
+        ),
+    };
+    EntryView {
+        key: assistant_key(&a.turn_id),
+        role: Role::Assistant,
+        content,
+        status,
+        message_id,
+        client_message_id: None,
+        turn_id: Some(a.turn_id.clone()),
+        thinking: a.progress.thinking.clone(),
+        tools: a.progress.tools.iter().map(ToolView::from).collect(),
+        recovered: a.recovered,
+        error,
+        created_at: None,
+    }
+}
+
+/// The key of a turn's reply bubble.
+pub fn assistant_key(turn_id: &str) -> String {
+    format!("turn:{turn_id}")
+}

@@ -1,0 +1,110 @@
+//! The HTTP edge of errors: one stable JSON shape, `{"error": {"code", "message"}}`.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use turnstream_protocol::{ErrorBody, ErrorDetail};
+
+use crate::error::Error;
+
+#[derive(Debug)]
+pub struct AppError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl AppError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        AppError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(code = self.code, message = %self.message, "server error");
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<Error> for AppError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::NotFound { what } => AppError::new(
+                StatusCode::NOT_FOUND,
+                match what {
+                    "turn" => "turn_not_found",
+                    "message" => "message_not_found",
+                    _ => "not_found",
+                },
+                e.to_string(),
+            ),
+            Error::ClientMessageConflict(_) => AppError::new(
+                StatusCode::CONFLICT,
+                "client_message_id_conflict",
+                e.to_string(),
+            ),
+            Error::TooManyActiveTurns(_) => AppError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_active_turns",
+                e.to_string(),
+            ),
+            Error::ShuttingDown | Error::Closed => AppError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                e.to_string(),
+            ),
+            other => AppError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                other.to_string(),
+            ),
+        }
+    }
+}
+
+impl From<JsonRejection> for AppError {
+    fn from(r: JsonRejection) -> Self {
+        let (status, code) = match &r {
+            JsonRejection::JsonDataError(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+            JsonRejection::JsonSyntaxError(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
+            JsonRejection::MissingJsonContentType(_) => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            JsonRejection::BytesRejection(_) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+            }
+            _ => (r.status(), "invalid_body"),
+        };
+        AppError::new(status, code, r.body_text())
+    }
+}
+
+impl From<PathRejection> for AppError {
+    fn from(r: PathRejection) -> Self {
+        AppError::bad_request("invalid_path", r.body_text())
+    }
+}
+
+impl From<QueryRejection> for AppError {
+    fn from(r: QueryRejection) -> Self {
+        AppError::bad_request("invalid_query", r.body_text())
+    }
+}

@@ -1,0 +1,292 @@
+//! The HTTP API: routes, validation and the stable JSON error shape. It reads and appends only
+//! through the journal's and the runner's APIs.
+
+mod error;
+mod stream;
+
+pub use error::AppError;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use turnstream_protocol::limits::{
+    is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
+    MAX_REQUEST_BODY_BYTES,
+};
+use turnstream_protocol::{
+    CancelResponse, ClearRealtimeResponse, PostMessageRequest, CURSOR_HEADER,
+};
+
+use crate::journal::Journal;
+use crate::runner::Runner;
+
+/// Limits and timings the gateway enforces.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub heartbeat: Duration,
+    pub max_streams: usize,
+    pub max_active_turns: usize,
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub journal: Journal,
+    pub runner: Arc<Runner>,
+    pub limits: Arc<Limits>,
+    /// Cancelled on shutdown: open streams end so the server can drain.
+    pub shutdown: CancellationToken,
+}
+
+/// The router: the API under `/api`, health and metrics, and (if given) static files at `/`.
+pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[String]) -> Router {
+    let api = Router::new()
+        .route("/sessions/{session}/messages", post(post_message))
+        .route("/sessions/{session}/history", get(history))
+        .route("/sessions/{session}/realtime", delete(clear_realtime))
+        .route("/stream", get(stream::stream))
+        .route("/turns/{turn}", get(turn))
+        .route("/turns/{turn}/cancel", post(cancel))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed);
+    let mut app = Router::new()
+        .nest("/api", api)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BODY_BYTES))
+        .with_state(state);
+    app = match www {
+        Some(dir) => app.fallback_service(
+            tower_http::services::ServeDir::new(dir).append_index_html_on_directories(true),
+        ),
+        None => app.fallback(not_found),
+    };
+    if let Some(cors) = cors_layer(cors_origins) {
+        app = app.layer(cors);
+    }
+    app
+}
+
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::from(Any)
+    } else {
+        let list: Vec<HeaderValue> = origins
+            .iter()
+            .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok())
+            .collect();
+        AllowOrigin::list(list)
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+            .allow_headers([
+                header::CONTENT_TYPE,
+                header::AUTHORIZATION,
+                HeaderName::from_static("last-event-id"),
+            ])
+            .expose_headers([HeaderName::from_static("x-turnstream-cursor")])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+async fn not_found() -> AppError {
+    AppError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+async fn method_not_allowed() -> AppError {
+    AppError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method",
+    )
+}
+
+fn id_param(
+    p: Result<Path<String>, PathRejection>,
+    code: &'static str,
+    what: &str,
+) -> Result<String, AppError> {
+    let Path(id) = p?;
+    if !is_valid_id(&id) {
+        return Err(AppError::bad_request(
+            code,
+            format!("{what} ids are 1 to 128 characters of [A-Za-z0-9_.:-]"),
+        ));
+    }
+    Ok(id)
+}
+
+async fn post_message(
+    State(state): State<AppState>,
+    session: Result<Path<String>, PathRejection>,
+    body: Result<Json<PostMessageRequest>, JsonRejection>,
+) -> Result<Response, AppError> {
+    let session = id_param(session, "invalid_session_id", "session")?;
+    let Json(req) = body?;
+    if req.content.trim().is_empty() {
+        return Err(AppError::bad_request(
+            "empty_content",
+            "content must not be empty",
+        ));
+    }
+    if req.content.len() > MAX_CONTENT_BYTES {
+        return Err(AppError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "content_too_large",
+            format!(
+                "content is {} bytes; the limit is {MAX_CONTENT_BYTES}",
+                req.content.len()
+            ),
+        ));
+    }
+    if let Some(cmid) = &req.client_message_id {
+        if !is_valid_id(cmid) {
+            return Err(AppError::bad_request(
+                "invalid_client_message_id",
+                "client_message_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
+            ));
+        }
+    }
+    if state.shutdown.is_cancelled() {
+        return Err(crate::error::Error::ShuttingDown.into());
+    }
+    let accepted = state
+        .journal
+        .accept_message(
+            &session,
+            &req.content,
+            req.client_message_id.as_deref(),
+            state.limits.max_active_turns,
+        )
+        .await?;
+    let status = if accepted.created {
+        state.runner.kick(&session);
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(accepted.response)).into_response())
+}
+
+async fn history(
+    State(state): State<AppState>,
+    session: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, AppError> {
+    let session = id_param(session, "invalid_session_id", "session")?;
+    let mut limit = DEFAULT_HISTORY_LIMIT;
+    let mut before = None;
+    for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        match &*k {
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_HISTORY_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        AppError::bad_request(
+                            "invalid_limit",
+                            format!("limit is a whole number from 1 to {MAX_HISTORY_LIMIT}"),
+                        )
+                    })?;
+            }
+            "before" => {
+                if !is_valid_id(&v) {
+                    return Err(AppError::bad_request(
+                        "invalid_before",
+                        "before is a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
+                    ));
+                }
+                before = Some(v.into_owned());
+            }
+            _ => {}
+        }
+    }
+    let page = state
+        .journal
+        .history(&session, limit, before.as_deref())
+        .await?;
+    let cursor = HeaderValue::from_str(&page.cursor)
+        .map_err(|e| AppError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let mut res = Json(page).into_response();
+    res.headers_mut().insert(CURSOR_HEADER, cursor);
+    res.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(res)
+}
+
+async fn turn(
+    State(state): State<AppState>,
+    turn: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    let turn = id_param(turn, "invalid_turn_id", "turn")?;
+    match state.journal.turn_info(&turn).await? {
+        Some(info) => Ok(Json(info).into_response()),
+        None => Err(crate::error::Error::NotFound { what: "turn" }.into()),
+    }
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    turn: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    let turn = id_param(turn, "invalid_turn_id", "turn")?;
+    let state_after = state.runner.cancel(&turn).await?;
+    Ok(Json(CancelResponse {
+        turn_id: turn,
+        state: state_after,
+    })
+    .into_response())
+}
+
+async fn clear_realtime(
+    State(state): State<AppState>,
+    session: Result<Path<String>, PathRejection>,
+) -> Result<Response, AppError> {
+    let session = id_param(session, "invalid_session_id", "session")?;
+    let deleted = state.journal.clear_realtime(&session).await?;
+    Ok(Json(ClearRealtimeResponse {
+        session_id: session,
+        deleted_events: deleted,
+    })
+    .into_response())
+}
+
+async fn healthz() -> Response {
+    Json(serde_json::json!({"status": "ok"})).into_response()
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<Response, AppError> {
+    match state.journal.ready().await {
+        Ok(()) if !state.shutdown.is_cancelled() => {
+            Ok(Json(serde_json::json!({"status": "ready"})).into_response())
+        }
+        Ok(()) => Err(crate::error::Error::ShuttingDown.into()),
+        Err(e) => Err(AppError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            e.to_string(),
+        )),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.journal.metrics().render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,446 @@
+//! The journal: one SQLite file holding chat history, the ordered event journal, the turns
+//! projection and per-session replay floors.
+//!
+//! One writer thread owns the write connection and commits whatever is queued in one transaction
+//! (group commit, `synchronous=FULL`); only after the commit are the events fanned out, so no
+//! client ever sees an id a crash could take back. Readers use pooled connections of their own,
+//! each read inside one transaction so a history page and its cursor agree.
+
+mod payload;
+pub mod schema;
+mod store;
+
+pub use payload::floor_char_boundary;
+pub use store::{Accepted, Page, StreamStart, TurnRow};
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use tokio::sync::oneshot;
+use turnstream_protocol::{sse, Cursor, EventBody};
+
+use crate::error::{Error, Result};
+use crate::hub::{Frame, Hub};
+use crate::metrics::Metrics;
+
+/// Most writes committed by one transaction.
+const MAX_BATCH: usize = 1024;
+/// Idle read connections kept open.
+const MAX_IDLE_READERS: usize = 16;
+
+type Completion = Box<dyn FnOnce(Result<()>) + Send>;
+
+struct Job {
+    enqueued: Instant,
+    run: Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Completion) + Send>,
+}
+
+/// Handle to the journal; cheap to clone.
+#[derive(Clone)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    epoch: String,
+    writer: Mutex<Option<std_mpsc::Sender<Job>>>,
+    writer_thread: Mutex<Option<JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    hub: Arc<Hub>,
+    metrics: Arc<Metrics>,
+    /// The last committed event id; only ever grows.
+    head: Arc<AtomicI64>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("path", &self.inner.path)
+            .field("epoch", &self.inner.epoch)
+            .finish()
+    }
+}
+
+/// What a write job sees: the open transaction (inside a savepoint of its own) and the means to
+/// append events.
+pub(crate) struct WriteCtx<'a> {
+    pub conn: &'a Connection,
+    epoch: &'a str,
+    next_seq: &'a mut i64,
+    frames: Vec<Arc<Frame>>,
+    /// Unix milliseconds, one value for the whole job.
+    pub now: i64,
+}
+
+impl WriteCtx<'_> {
+    /// Appends one event; `build` gets the event's cursor (for bodies that quote it, such as a
+    /// message's `event_id`). Returns the event's sequence.
+    pub fn append(
+        &mut self,
+        session_id: &str,
+        turn_id: Option<&str>,
+        build: impl FnOnce(&str) -> EventBody,
+    ) -> Result<i64> {
+        let seq = *self.next_seq;
+        let cursor = Cursor::new(self.epoch, seq).to_string();
+        let body = build(&cursor);
+        let kind = body.kind();
+        let mut value = serde_json::to_value(&body)?;
+        let truncated = payload::cap(&mut value);
+        if !truncated.is_empty() {
+            if let serde_json::Value::Object(map) = &mut value {
+                map.insert("truncated".into(), serde_json::to_value(&truncated)?);
+            }
+        }
+        let data = serde_json::to_string(&value)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO events(id, session_id, turn_id, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(rusqlite::params![seq, session_id, turn_id, kind, self.now, data])?;
+        *self.next_seq += 1;
+        let json = event_json(&cursor, session_id, self.now, turn_id, &data);
+        self.frames.push(Arc::new(Frame {
+            seq,
+            session_id: session_id.to_string(),
+            bytes: sse::encode(Some(&cursor), kind, &json).into(),
+        }));
+        Ok(seq)
+    }
+
+    pub fn cursor(&self, seq: i64) -> String {
+        Cursor::new(self.epoch, seq).to_string()
+    }
+}
+
+/// The JSON of an event from its stored body: the envelope fields spliced in front of the body's
+/// own fields, so replay never re-parses a payload.
+pub(crate) fn event_json(
+    cursor: &str,
+    session_id: &str,
+    ts: i64,
+    turn_id: Option<&str>,
+    data: &str,
+) -> String {
+    let mut s = String::with_capacity(data.len() + 128);
+    s.push_str("{\"id\":");
+    s.push_str(&json_str(cursor));
+    s.push_str(",\"session_id\":");
+    s.push_str(&json_str(session_id));
+    s.push_str(",\"ts\":");
+    s.push_str(&ts.to_string());
+    if let Some(t) = turn_id {
+        s.push_str(",\"turn_id\":");
+        s.push_str(&json_str(t));
+    }
+    match data.strip_prefix('{') {
+        Some(rest) if rest.trim_start() != "}" => {
+            s.push(',');
+            s.push_str(rest);
+        }
+        _ => s.push('}'),
+    }
+    s
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Journal {
+    /// Opens (creating if needed) and migrates the database, and starts the writer thread.
+    pub fn open(path: &Path, metrics: Arc<Metrics>) -> Result<Journal> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        let mut conn = Connection::open(path)?;
+        schema::configure(&conn)?;
+        let epoch = schema::migrate(&mut conn)?;
+        let head_seq = store::head(&conn)?;
+        let head = Arc::new(AtomicI64::new(head_seq));
+        let hub = Hub::new();
+        let (tx, rx) = std_mpsc::channel::<Job>();
+        let thread = {
+            let epoch = epoch.clone();
+            let hub = hub.clone();
+            let metrics = metrics.clone();
+            let head = head.clone();
+            std::thread::Builder::new()
+                .name("turnstream-writer".into())
+                .spawn(move || writer_loop(conn, rx, &epoch, &hub, &metrics, &head))?
+        };
+        Ok(Journal {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                epoch,
+                writer: Mutex::new(Some(tx)),
+                writer_thread: Mutex::new(Some(thread)),
+                readers: Mutex::new(Vec::new()),
+                hub,
+                metrics,
+                head,
+            }),
+        })
+    }
+
+    pub fn epoch(&self) -> &str {
+        &self.inner.epoch
+    }
+
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.inner.hub
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// The last committed event id.
+    pub fn head(&self) -> i64 {
+        self.inner.head.load(Ordering::Acquire)
+    }
+
+    /// Queues a write and returns the receiver of its result (resolved after the commit). Writes
+    /// queued from one task commit in the order they were queued.
+    pub(crate) fn submit<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut WriteCtx<'_>) -> Result<R> + Send + 'static,
+    ) -> oneshot::Receiver<Result<R>> {
+        let (tx, rx) = oneshot::channel();
+        let job = Job {
+            enqueued: Instant::now(),
+            run: Box::new(move |ctx| {
+                let r = f(ctx);
+                let ok = r.is_ok();
+                let completion: Completion = Box::new(move |commit: Result<()>| {
+                    let _ = tx.send(commit.and(r));
+                });
+                (ok, completion)
+            }),
+        };
+        let sender = lock(&self.inner.writer).clone();
+        if let Some(sender) = sender {
+            // A send error drops the job (and its oneshot), which the receiver sees as Closed.
+            let _ = sender.send(job);
+        }
+        rx
+    }
+
+    /// Runs a write and waits for its durable commit.
+    pub(crate) async fn write<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut WriteCtx<'_>) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        self.submit(f).await.map_err(|_| Error::Closed)?
+    }
+
+    /// Runs a read on a pooled connection, inside one read transaction.
+    pub(crate) async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection, &str) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = inner.take_reader()?;
+            let result = (|| {
+                let tx = conn.unchecked_transaction()?;
+                let r = f(&tx, &inner.epoch);
+                drop(tx);
+                r
+            })();
+            inner.return_reader(conn);
+            result
+        })
+        .await
+        .map_err(|_| Error::Closed)?
+    }
+
+    /// Stops the writer after it has committed everything queued so far.
+    pub fn close(&self) {
+        lock(&self.inner.writer).take();
+        if let Some(t) = lock(&self.inner.writer_thread).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Inner {
+    fn take_reader(&self) -> Result<Connection> {
+        if let Some(c) = lock(&self.readers).pop() {
+            return Ok(c);
+        }
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        schema::configure(&conn)?;
+        Ok(conn)
+    }
+
+    fn return_reader(&self, conn: Connection) {
+        let mut pool = lock(&self.readers);
+        if pool.len() < MAX_IDLE_READERS {
+            pool.push(conn);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn writer_loop(
+    mut conn: Connection,
+    rx: std_mpsc::Receiver<Job>,
+    epoch: &str,
+    hub: &Hub,
+    metrics: &Metrics,
+    head: &AtomicI64,
+) {
+    let mut next_seq = head.load(Ordering::Acquire) + 1;
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        metrics.batch_size.observe(batch.len() as f64);
+        let mut completions: Vec<(Instant, Completion)> = Vec::with_capacity(batch.len());
+        let mut frames: Vec<Arc<Frame>> = Vec::new();
+        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(tx) => tx,
+            Err(e) => {
+                tracing::error!(error = %e, "journal: cannot begin a write transaction");
+                for job in batch {
+                    // Run nothing; answer every job with the error.
+                    let msg = e.to_string();
+                    let (_, completion) = fail_job(job, &msg);
+                    completion(Err(Error::Corrupt(msg)));
+                }
+                continue;
+            }
+        };
+        let batch_start_seq = next_seq;
+        for job in batch {
+            let saved = next_seq;
+            let enqueued = job.enqueued;
+            let mut sp = match tx.unchecked_transaction_savepoint() {
+                Ok(sp) => sp,
+                Err(e) => {
+                    let (_, completion) = fail_job(job, &e.to_string());
+                    completion(Err(Error::Sqlite(e)));
+                    continue;
+                }
+            };
+            let mut ctx = WriteCtx {
+                conn: &sp,
+                epoch,
+                next_seq: &mut next_seq,
+                frames: Vec::new(),
+                now: now_ms(),
+            };
+            let (ok, completion) = (job.run)(&mut ctx);
+            let job_frames = std::mem::take(&mut ctx.frames);
+            if ok && sp.commit().is_ok() {
+                frames.extend(job_frames);
+            } else {
+                next_seq = saved;
+                let _ = sp.rollback();
+            }
+            completions.push((enqueued, completion));
+        }
+        match tx.commit() {
+            Ok(()) => {
+                head.store(next_seq - 1, Ordering::Release);
+                metrics
+                    .events_appended
+                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
+                hub.publish(&frames);
+                for (enqueued, completion) in completions {
+                    metrics
+                        .append_latency
+                        .observe(enqueued.elapsed().as_secs_f64());
+                    completion(Ok(()));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "journal: commit failed; the batch is lost to its callers as an error");
+                next_seq = batch_start_seq;
+                let msg = e.to_string();
+                for (_, completion) in completions {
+                    completion(Err(Error::Corrupt(format!("commit failed: {msg}"))));
+                }
+            }
+        }
+    }
+    tracing::debug!("journal writer stopped");
+}
+
+/// Answers a job that could not run: its closure is dropped unrun and its caller told why.
+fn fail_job(job: Job, _why: &str) -> (bool, Completion) {
+    drop(job.run);
+    (false, Box::new(|_| {}))
+}
+
+trait SavepointExt {
+    fn unchecked_transaction_savepoint(&self) -> rusqlite::Result<Savepoint<'_>>;
+}
+
+/// A savepoint over a shared connection reference (rusqlite's own needs `&mut`).
+pub(crate) struct Savepoint<'a> {
+    conn: &'a Connection,
+    done: bool,
+}
+
+impl SavepointExt for rusqlite::Transaction<'_> {
+    fn unchecked_transaction_savepoint(&self) -> rusqlite::Result<Savepoint<'_>> {
+        self.execute_batch("SAVEPOINT job")?;
+        Ok(Savepoint {
+            conn: self,
+            done: false,
+        })
+    }
+}
+
+impl Savepoint<'_> {
+    fn commit(&mut self) -> rusqlite::Result<()> {
+        self.done = true;
+        self.conn.execute_batch("RELEASE job")
+    }
+
+    fn rollback(&mut self) -> rusqlite::Result<()> {
+        self.done = true;
+        self.conn.execute_batch("ROLLBACK TO job; RELEASE job")
+    }
+}
+
+impl std::ops::Deref for Savepoint<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Savepoint<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.conn.execute_batch("ROLLBACK TO job; RELEASE job");
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Schema of the journal database, versioned with `PRAGMA user_version`.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::{Error, Result};
+
+/// Migrations in order; migration `i` moves the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- The journal: one global, strictly increasing id (AUTOINCREMENT: never reused, so the head
+-- never moves backwards even when cleanup deletes the newest rows).
+CREATE TABLE events (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    turn_id    TEXT,
+    kind       TEXT NOT NULL,
+    ts         INTEGER NOT NULL,
+    data       TEXT NOT NULL
+);
+CREATE INDEX events_by_session ON events(session_id, id);
+CREATE INDEX events_by_turn ON events(turn_id, id) WHERE turn_id IS NOT NULL;
+
+-- Chat history: user messages, and assistant messages written when their turn ends.
+CREATE TABLE messages (
+    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+    message_id        TEXT NOT NULL UNIQUE,
+    session_id        TEXT NOT NULL,
+    client_message_id TEXT,
+    role              TEXT NOT NULL,
+    content           TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    turn_id           TEXT,
+    created_at        INTEGER NOT NULL,
+    event_seq         INTEGER NOT NULL
+);
+CREATE INDEX messages_by_session ON messages(session_id, seq);
+CREATE UNIQUE INDEX messages_by_client_id ON messages(session_id, client_message_id)
+    WHERE client_message_id IS NOT NULL;
+
+-- The turns projection. *_seq are the journal ids of the lifecycle events, so a snapshot can
+-- tell which turns were active at any cursor.
+CREATE TABLE turns (
+    turn_id         TEXT PRIMARY KEY,
+    session_id      TEXT NOT NULL,
+    user_message_id TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    started_at      INTEGER,
+    ended_at        INTEGER,
+    queued_seq      INTEGER NOT NULL,
+    started_seq     INTEGER,
+    ended_seq       INTEGER,
+    error           TEXT,
+    message_id      TEXT,
+    purged          INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX turns_active ON turns(session_id, queued_seq) WHERE state IN ('queued', 'running');
+CREATE INDEX turns_to_purge ON turns(ended_at) WHERE purged = 0 AND ended_at IS NOT NULL;
+
+-- Per-session replay floors: the newest event id that cleanup has made unavailable.
+CREATE TABLE floors (
+    session_id TEXT PRIMARY KEY,
+    floor_seq  INTEGER NOT NULL
+) WITHOUT ROWID;
+"#];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Settings every connection gets.
+pub fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(())
+}
+
+/// Brings the database to [`SCHEMA_VERSION`] in one IMMEDIATE transaction; refuses newer databases.
+/// Returns the journal epoch (drawn when the database is created).
+pub fn migrate(conn: &mut Connection) -> Result<String> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for migration in &MIGRATIONS[version as usize..] {
+        tx.execute_batch(migration)?;
+    }
+    if version < SCHEMA_VERSION {
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
+    let epoch: Option<String> = tx
+        .query_row("SELECT value FROM meta WHERE key = 'epoch'", [], |r| {
+            r.get(0)
+        })
+        .ok();
+    let epoch = match epoch {
+        Some(e) => e,
+        None => {
+            let e = new_epoch();
+            tx.execute("INSERT INTO meta(key, value) VALUES ('epoch', ?1)", [&e])?;
+            e
+        }
+    };
+    tx.commit()?;
+    Ok(epoch)
+}
+
+fn new_epoch() -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..10)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_once_and_keeps_epoch() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("t.db");
+        let mut c = Connection::open(&path)?;
+        let e1 = migrate(&mut c)?;
+        drop(c);
+        let mut c = Connection::open(&path)?;
+        let e2 = migrate(&mut c)?;
+        assert_eq!(e1, e2);
+        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        assert_eq!(v, SCHEMA_VERSION);
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_newer_database() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("t.db");
+        let c = Connection::open(&path)?;
+        c.pragma_update(None, "user_version", SCHEMA_VERSION + 1)?;
+        drop(c);
+        let mut c = Connection::open(&path)?;
+        match migrate(&mut c) {
+            Err(Error::SchemaTooNew { found, .. }) => assert_eq!(found, SCHEMA_VERSION + 1),
+            other => panic!("expected SchemaTooNew, got {other:?}"),
+        }
+        Ok(())
+    }
+}

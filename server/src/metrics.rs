@@ -1,0 +1,182 @@
+//! Counters and histograms exported at `/metrics` in the Prometheus text format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A fixed-bucket histogram (cumulative on export).
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<AtomicU64>,
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+
+    pub fn observe(&self, value: f64) {
+        if let Some(i) = self.bounds.iter().position(|b| value <= *b) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.sum_micros
+            .fetch_add((value * 1e6) as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cumulative += c.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+    }
+}
+
+const LATENCY_BOUNDS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub connections: AtomicU64,
+    pub connections_total: AtomicU64,
+    pub events_appended: AtomicU64,
+    pub append_latency: Histogram,
+    pub batch_size: Histogram,
+    pub replays: AtomicU64,
+    pub replayed_events: AtomicU64,
+    pub lag_fallbacks: AtomicU64,
+    pub resyncs: [AtomicU64; 4],
+    pub turns_started: AtomicU64,
+    pub turns_ended: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            connections: AtomicU64::new(0),
+            connections_total: AtomicU64::new(0),
+            events_appended: AtomicU64::new(0),
+            append_latency: Histogram::new(LATENCY_BOUNDS),
+            batch_size: Histogram::new(BATCH_BOUNDS),
+            replays: AtomicU64::new(0),
+            replayed_events: AtomicU64::new(0),
+            lag_fallbacks: AtomicU64::new(0),
+            resyncs: Default::default(),
+            turns_started: AtomicU64::new(0),
+            turns_ended: AtomicU64::new(0),
+        }
+    }
+}
+
+const RESYNC_REASONS: [&str; 4] = ["invalid", "epoch", "expired", "future"];
+
+impl Metrics {
+    pub fn resync(&self, reason: turnstream_protocol::ResyncReason) {
+        let i = RESYNC_REASONS
+            .iter()
+            .position(|r| *r == reason.as_str())
+            .unwrap_or(0);
+        self.resyncs[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        let gauge = |out: &mut String, name: &str, help: &str, kind: &str, v: &AtomicU64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        };
+        gauge(
+            &mut out,
+            "turnstream_connections",
+            "Open SSE streams.",
+            "gauge",
+            &self.connections,
+        );
+        gauge(
+            &mut out,
+            "turnstream_connections_total",
+            "SSE streams opened.",
+            "counter",
+            &self.connections_total,
+        );
+        gauge(
+            &mut out,
+            "turnstream_events_appended_total",
+            "Events committed to the journal.",
+            "counter",
+            &self.events_appended,
+        );
+        self.append_latency.render(
+            &mut out,
+            "turnstream_append_latency_seconds",
+            "Time from enqueue to durable commit of a write.",
+        );
+        self.batch_size.render(
+            &mut out,
+            "turnstream_commit_batch_size",
+            "Writes committed together by one group commit.",
+        );
+        gauge(
+            &mut out,
+            "turnstream_replays_total",
+            "Streams that replayed journal events.",
+            "counter",
+            &self.replays,
+        );
+        gauge(
+            &mut out,
+            "turnstream_replayed_events_total",
+            "Events sent from the journal rather than live.",
+            "counter",
+            &self.replayed_events,
+        );
+        gauge(
+            &mut out,
+            "turnstream_lag_fallbacks_total",
+            "Times a slow subscriber went back to the journal.",
+            "counter",
+            &self.lag_fallbacks,
+        );
+        let _ = writeln!(out, "# HELP turnstream_resyncs_total Streams told to reload history.\n# TYPE turnstream_resyncs_total counter");
+        for (reason, v) in RESYNC_REASONS.iter().zip(&self.resyncs) {
+            let _ = writeln!(
+                out,
+                "turnstream_resyncs_total{{reason=\"{reason}\"}} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        gauge(
+            &mut out,
+            "turnstream_turns_started_total",
+            "Turns started.",
+            "counter",
+            &self.turns_started,
+        );
+        gauge(
+            &mut out,
+            "turnstream_turns_ended_total",
+            "Turns that reached a terminal state.",
+            "counter",
+            &self.turns_ended,
+        );
+        out
+    }
+}
