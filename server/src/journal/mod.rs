@@ -33,10 +33,13 @@ const MAX_BATCH: usize = 1024;
 const MAX_IDLE_READERS: usize = 16;
 
 type Completion = Box<dyn FnOnce(Result<()>) + Send>;
+/// A write job: runs inside its own savepoint, says whether to keep its changes, and hands back
+/// what to call once the batch's commit is known.
+type JobFn = Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Completion) + Send>;
 
 struct Job {
     enqueued: Instant,
-    run: Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Completion) + Send>,
+    run: JobFn,
 }
 
 /// Handle to the journal; cheap to clone.

@@ -37,10 +37,10 @@ fn encoded_len(value: &Value) -> usize {
 
 fn find_largest(value: &Value, path: String, best: &mut Option<(String, usize)>, preview: usize) {
     match value {
-        Value::String(s) if s.len() > preview => {
-            if best.as_ref().is_none_or(|(_, n)| s.len() > *n) {
-                *best = Some((path, s.len()));
-            }
+        Value::String(s)
+            if s.len() > preview && best.as_ref().is_none_or(|(_, n)| s.len() > *n) =>
+        {
+            *best = Some((path, s.len()));
         }
         Value::Object(map) => {
             for (k, v) in map {
