@@ -113,7 +113,7 @@ async fn bad_input_on_every_endpoint() -> TestResult {
         "content_too_large",
     )
     .await?;
-    let huge = serde_json::json!({ "content": "a".repeat(2 * 1024 * 1024) }).to_string();
+    let huge = serde_json::json!({ "content": "a".repeat(600 * 1024) }).to_string();
     expect_error(
         &s,
         post.clone(),

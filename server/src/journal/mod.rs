@@ -7,11 +7,14 @@
 //! each read inside one transaction so a history page and its cursor agree.
 
 mod payload;
+mod replay;
+mod retention;
 pub mod schema;
 mod store;
 
 pub use payload::floor_char_boundary;
-pub use store::{Accepted, Page, StreamStart, TurnRow};
+pub use replay::{Page, StreamStart};
+pub use store::{Accepted, TurnRow};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -31,6 +34,9 @@ use crate::metrics::Metrics;
 const MAX_BATCH: usize = 1024;
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 16;
+/// Reads running at once. A reconnect storm queues here instead of opening a connection (and a
+/// blocking thread) per stream.
+const MAX_CONCURRENT_READS: usize = 8;
 
 type Completion = Box<dyn FnOnce(Result<()>) + Send>;
 /// A write job: runs inside its own savepoint, says whether to keep its changes, and hands back
@@ -54,6 +60,7 @@ struct Inner {
     writer: Mutex<Option<std_mpsc::Sender<Job>>>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
     readers: Mutex<Vec<Connection>>,
+    read_permits: Arc<tokio::sync::Semaphore>,
     hub: Arc<Hub>,
     metrics: Arc<Metrics>,
     /// The last committed event id; only ever grows.
@@ -193,6 +200,7 @@ impl Journal {
                 writer: Mutex::new(Some(tx)),
                 writer_thread: Mutex::new(Some(thread)),
                 readers: Mutex::new(Vec::new()),
+                read_permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_READS)),
                 hub,
                 metrics,
                 head,
@@ -257,7 +265,14 @@ impl Journal {
         f: impl FnOnce(&Connection, &str) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         let inner = self.inner.clone();
+        let permit = inner
+            .read_permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::Closed)?;
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let conn = inner.take_reader()?;
             let result = (|| {
                 let tx = conn.unchecked_transaction()?;

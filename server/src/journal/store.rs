@@ -1,17 +1,14 @@
-//! The journal's operations: accepting messages, the turn lifecycle, stream reads (validation,
-//! snapshot, replay), history, recovery after a crash, and retention.
+//! The journal's turn operations: accepting messages, the turn lifecycle, history, turn status
+//! and recovery after a crash.
 
-use std::sync::Arc;
-
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 use turnstream_protocol::{
-    sse, ActiveTurn, Cursor, EventBody, HistoryResponse, Message, MessageStatus,
-    PostMessageResponse, ResyncReason, Role, Snapshot, TurnInfo, TurnState,
+    ActiveTurn, Cursor, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
+    Role, TurnInfo, TurnState,
 };
 
-use super::{event_json, Journal, WriteCtx};
+use super::{Journal, WriteCtx};
 use crate::error::{Error, Result};
-use crate::hub::Frame;
 
 /// The result of accepting a message.
 #[derive(Debug, Clone)]
@@ -34,24 +31,6 @@ pub struct TurnRow {
     pub ended_at: Option<i64>,
     pub error: Option<String>,
     pub message_id: Option<String>,
-}
-
-/// Journal events after a position, encoded as frames.
-#[derive(Debug)]
-pub struct Page {
-    pub frames: Vec<Arc<Frame>>,
-    /// The sequence of the last event read, or the position read from if none.
-    pub last_seq: i64,
-    /// Whether the page reached the head as it was when read.
-    pub complete: bool,
-}
-
-/// Where a stream starts: its snapshot (if asked for) and the first page of replay.
-#[derive(Debug)]
-pub struct StreamStart {
-    pub snapshot: Option<Snapshot>,
-    pub page: Page,
-    pub resume_seq: i64,
 }
 
 pub(crate) fn head(conn: &Connection) -> Result<i64> {
@@ -79,7 +58,7 @@ fn parse_state(s: &str) -> Result<TurnState> {
     TurnState::parse(s).ok_or_else(|| Error::Corrupt(format!("unknown turn state {s:?}")))
 }
 
-fn in_list(n: usize) -> String {
+pub(super) fn in_list(n: usize) -> String {
     let mut s = String::with_capacity(n * 2);
     for i in 0..n {
         if i > 0 {
@@ -121,10 +100,10 @@ fn message_by_id(conn: &Connection, epoch: &str, message_id: &str) -> Result<Opt
         .optional()?)
 }
 
-const TURN_COLUMNS: &str =
+pub(super) const TURN_COLUMNS: &str =
     "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id";
 
-fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TurnRow, String)> {
+pub(super) fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TurnRow, String)> {
     let state: String = r.get(3)?;
     Ok((
         TurnRow {
@@ -159,7 +138,7 @@ fn turn_by_id(conn: &Connection, turn_id: &str) -> Result<Option<TurnRow>> {
 }
 
 /// Folds a turn's journaled events up to `upto` (inclusive) into its progress.
-fn fold_turn(conn: &Connection, turn: &TurnRow, upto: i64) -> Result<ActiveTurn> {
+pub(super) fn fold_turn(conn: &Connection, turn: &TurnRow, upto: i64) -> Result<ActiveTurn> {
     let mut progress = ActiveTurn::new(&turn.turn_id, &turn.session_id);
     let mut stmt = conn.prepare_cached(
         "SELECT data FROM events WHERE turn_id = ?1 AND id <= ?2 AND kind IN ('turn_started', 'thinking', 'tool', 'response_delta') ORDER BY id",
@@ -171,127 +150,6 @@ fn fold_turn(conn: &Connection, turn: &TurnRow, upto: i64) -> Result<ActiveTurn>
         progress.apply(&body);
     }
     Ok(progress)
-}
-
-fn raise_floor(conn: &Connection, session_id: &str, floor: i64) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO floors(session_id, floor_seq) VALUES (?1, ?2)
-         ON CONFLICT(session_id) DO UPDATE SET floor_seq = MAX(floor_seq, excluded.floor_seq)",
-    )?
-    .execute(params![session_id, floor])?;
-    Ok(())
-}
-
-/// Validates a resume position against the journal and the sessions' floors.
-fn validate(
-    conn: &Connection,
-    epoch: &str,
-    sessions: &[String],
-    resume: &str,
-) -> Result<std::result::Result<i64, ResyncReason>> {
-    let Ok(cursor) = resume.parse::<Cursor>() else {
-        return Ok(Err(ResyncReason::Invalid));
-    };
-    if cursor.epoch != epoch {
-        return Ok(Err(ResyncReason::Epoch));
-    }
-    if cursor.sequence > head(conn)? {
-        return Ok(Err(ResyncReason::Future));
-    }
-    if cursor.sequence < max_floor(conn, sessions)? {
-        return Ok(Err(ResyncReason::Expired));
-    }
-    Ok(Ok(cursor.sequence))
-}
-
-fn max_floor(conn: &Connection, sessions: &[String]) -> Result<i64> {
-    let sql = format!(
-        "SELECT COALESCE(MAX(floor_seq), 0) FROM floors WHERE session_id IN ({})",
-        in_list(sessions.len())
-    );
-    Ok(conn.query_row(&sql, params_from_iter(sessions.iter()), |r| r.get(0))?)
-}
-
-/// Reads up to `limit` events of `sessions` after `after`, re-checking the floors so a page can
-/// never hide events that cleanup removed meanwhile.
-fn read_page(
-    conn: &Connection,
-    epoch: &str,
-    sessions: &[String],
-    after: i64,
-    limit: usize,
-) -> Result<std::result::Result<Page, ResyncReason>> {
-    if after < max_floor(conn, sessions)? {
-        return Ok(Err(ResyncReason::Expired));
-    }
-    let sql = format!(
-        "SELECT id, session_id, turn_id, ts, kind, data FROM events
-         WHERE session_id IN ({}) AND id > ? ORDER BY id LIMIT ?",
-        in_list(sessions.len())
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut values: Vec<rusqlite::types::Value> = sessions
-        .iter()
-        .map(|s| rusqlite::types::Value::Text(s.clone()))
-        .collect();
-    values.push(rusqlite::types::Value::Integer(after));
-    values.push(rusqlite::types::Value::Integer(limit as i64));
-    let mut rows = stmt.query(params_from_iter(values.iter()))?;
-    let mut frames = Vec::new();
-    let mut last_seq = after;
-    while let Some(row) = rows.next()? {
-        let seq: i64 = row.get(0)?;
-        let session_id: String = row.get(1)?;
-        let turn_id: Option<String> = row.get(2)?;
-        let ts: i64 = row.get(3)?;
-        let kind: String = row.get(4)?;
-        let data: String = row.get(5)?;
-        let cursor = Cursor::new(epoch, seq).to_string();
-        let json = event_json(&cursor, &session_id, ts, turn_id.as_deref(), &data);
-        frames.push(Arc::new(Frame {
-            seq,
-            session_id,
-            bytes: sse::encode(Some(&cursor), &kind, &json).into(),
-        }));
-        last_seq = seq;
-    }
-    let complete = frames.len() < limit;
-    Ok(Ok(Page {
-        frames,
-        last_seq,
-        complete,
-    }))
-}
-
-/// The active turns of `sessions` as of `at`, each folded from its events up to `at`.
-fn snapshot_at(conn: &Connection, epoch: &str, sessions: &[String], at: i64) -> Result<Snapshot> {
-    let sql = format!(
-        "SELECT {TURN_COLUMNS} FROM turns WHERE session_id IN ({}) AND queued_seq <= ?
-         AND (ended_seq IS NULL OR ended_seq > ?) ORDER BY queued_seq",
-        in_list(sessions.len())
-    );
-    let mut values: Vec<rusqlite::types::Value> = sessions
-        .iter()
-        .map(|s| rusqlite::types::Value::Text(s.clone()))
-        .collect();
-    values.push(rusqlite::types::Value::Integer(at));
-    values.push(rusqlite::types::Value::Integer(at));
-    let rows: Vec<(TurnRow, String)> = conn
-        .prepare(&sql)?
-        .query_map(params_from_iter(values.iter()), turn_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut active_turns = Vec::with_capacity(rows.len());
-    for (turn, _) in rows {
-        let mut progress = fold_turn(conn, &turn, at)?;
-        if progress.state.is_terminal() {
-            progress.state = TurnState::Running;
-        }
-        active_turns.push(progress);
-    }
-    Ok(Snapshot {
-        cursor: Cursor::new(epoch, at).to_string(),
-        active_turns,
-    })
 }
 
 impl Journal {
@@ -591,52 +449,6 @@ impl Journal {
         .await
     }
 
-    /// Opens a stream: validates the resume position (`None`: the head) and, in the same read
-    /// transaction, builds the snapshot (if asked) and the first page of replay.
-    pub async fn stream_start(
-        &self,
-        sessions: Vec<String>,
-        resume: Option<String>,
-        snapshot: bool,
-        page_limit: usize,
-    ) -> Result<std::result::Result<StreamStart, ResyncReason>> {
-        self.read(move |conn, epoch| {
-            let resume_seq = match &resume {
-                Some(r) => match validate(conn, epoch, &sessions, r)? {
-                    Ok(seq) => seq,
-                    Err(reason) => return Ok(Err(reason)),
-                },
-                None => head(conn)?,
-            };
-            let snapshot = if snapshot {
-                Some(snapshot_at(conn, epoch, &sessions, resume_seq)?)
-            } else {
-                None
-            };
-            let page = match read_page(conn, epoch, &sessions, resume_seq, page_limit)? {
-                Ok(p) => p,
-                Err(reason) => return Ok(Err(reason)),
-            };
-            Ok(Ok(StreamStart {
-                snapshot,
-                page,
-                resume_seq,
-            }))
-        })
-        .await
-    }
-
-    /// The next page of replay after `after`.
-    pub async fn read_after(
-        &self,
-        sessions: Vec<String>,
-        after: i64,
-        limit: usize,
-    ) -> Result<std::result::Result<Page, ResyncReason>> {
-        self.read(move |conn, epoch| read_page(conn, epoch, &sessions, after, limit))
-            .await
-    }
-
     /// After a crash: every turn left `running` ends `interrupted` with its partial text, unless
     /// its `turn_ended` is already journaled, in which case only the projection is repaired.
     /// Returns how many turns were interrupted and how many repaired.
@@ -675,45 +487,6 @@ impl Journal {
                 }
             }
             Ok((interrupted, repaired))
-        })
-        .await
-    }
-
-    /// Retention: deletes the events of turns that ended before `cutoff_ms` (and of events outside
-    /// any turn older than that), raising each session's floor. Returns the events deleted.
-    pub async fn cleanup(&self, cutoff_ms: i64) -> Result<u64> {
-        self.write(move |ctx| {
-            let turns: Vec<(String, String)> = ctx
-                .conn
-                .prepare_cached(
-                    "SELECT turn_id, session_id FROM turns WHERE purged = 0 AND ended_at IS NOT NULL
-                     AND ended_at < ?1 LIMIT 1000",
-                )?
-                .query_map([cutoff_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?;
-            let mut deleted = purge_turns(ctx, &turns)?;
-            deleted += purge_loose_events(ctx, None, Some(cutoff_ms))?;
-            Ok(deleted)
-        })
-        .await
-    }
-
-    /// `DELETE /api/sessions/{session}/realtime`: removes the events of the session's finished
-    /// turns (and loose events), raising its floor. An active turn's events stay.
-    pub async fn clear_realtime(&self, session_id: &str) -> Result<u64> {
-        let session_id = session_id.to_string();
-        self.write(move |ctx| {
-            let turns: Vec<(String, String)> = ctx
-                .conn
-                .prepare_cached(
-                    "SELECT turn_id, session_id FROM turns WHERE session_id = ?1 AND purged = 0
-                     AND state NOT IN ('queued', 'running')",
-                )?
-                .query_map([&session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?;
-            let mut deleted = purge_turns(ctx, &turns)?;
-            deleted += purge_loose_events(ctx, Some(&session_id), None)?;
-            Ok(deleted)
         })
         .await
     }
@@ -785,54 +558,6 @@ fn end_turn_in(
             seq
         ])?;
     Ok(message)
-}
-
-fn purge_turns(ctx: &mut WriteCtx<'_>, turns: &[(String, String)]) -> Result<u64> {
-    let mut deleted = 0;
-    for (turn_id, session_id) in turns {
-        let max: Option<i64> = ctx
-            .conn
-            .prepare_cached("SELECT MAX(id) FROM events WHERE turn_id = ?1")?
-            .query_row([turn_id], |r| r.get(0))?;
-        if let Some(max) = max {
-            deleted += ctx
-                .conn
-                .prepare_cached("DELETE FROM events WHERE turn_id = ?1")?
-                .execute([turn_id])? as u64;
-            raise_floor(ctx.conn, session_id, max)?;
-        }
-        ctx.conn
-            .prepare_cached("UPDATE turns SET purged = 1 WHERE turn_id = ?1")?
-            .execute([turn_id])?;
-    }
-    Ok(deleted)
-}
-
-fn purge_loose_events(
-    ctx: &mut WriteCtx<'_>,
-    session: Option<&str>,
-    cutoff_ms: Option<i64>,
-) -> Result<u64> {
-    let groups: Vec<(String, i64)> = ctx
-        .conn
-        .prepare_cached(
-            "SELECT session_id, MAX(id) FROM events WHERE turn_id IS NULL
-             AND (?1 IS NULL OR session_id = ?1) AND (?2 IS NULL OR ts < ?2) GROUP BY session_id",
-        )?
-        .query_map(params![session, cutoff_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut deleted = 0;
-    for (session_id, max) in groups {
-        deleted += ctx
-            .conn
-            .prepare_cached(
-                "DELETE FROM events WHERE turn_id IS NULL AND session_id = ?1 AND id <= ?2
-                 AND (?3 IS NULL OR ts < ?3)",
-            )?
-            .execute(params![session_id, max, cutoff_ms])? as u64;
-        raise_floor(ctx.conn, &session_id, max)?;
-    }
-    Ok(deleted)
 }
 
 impl Journal {

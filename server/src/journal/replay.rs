@@ -1,0 +1,190 @@
+//! Stream reads: validating a resume position against the epoch, the head and the floors;
+//! the snapshot of active turns as of that position; and replay pages after it.
+
+use std::sync::Arc;
+
+use rusqlite::{params_from_iter, Connection};
+use turnstream_protocol::{sse, Cursor, ResyncReason, Snapshot, TurnState};
+
+use super::store::{fold_turn, head, in_list, turn_from_row, TurnRow, TURN_COLUMNS};
+use super::{event_json, Journal};
+use crate::error::Result;
+use crate::hub::Frame;
+
+/// Journal events after a position, encoded as frames.
+#[derive(Debug)]
+pub struct Page {
+    pub frames: Vec<Arc<Frame>>,
+    /// The sequence of the last event read, or the position read from if none.
+    pub last_seq: i64,
+    /// Whether the page reached the head as it was when read.
+    pub complete: bool,
+}
+
+/// Where a stream starts: its snapshot (if asked for) and the first page of replay.
+#[derive(Debug)]
+pub struct StreamStart {
+    pub snapshot: Option<Snapshot>,
+    pub page: Page,
+    pub resume_seq: i64,
+}
+
+/// Validates a resume position against the journal and the sessions' floors.
+fn validate(
+    conn: &Connection,
+    epoch: &str,
+    sessions: &[String],
+    resume: &str,
+) -> Result<std::result::Result<i64, ResyncReason>> {
+    let Ok(cursor) = resume.parse::<Cursor>() else {
+        return Ok(Err(ResyncReason::Invalid));
+    };
+    if cursor.epoch != epoch {
+        return Ok(Err(ResyncReason::Epoch));
+    }
+    if cursor.sequence > head(conn)? {
+        return Ok(Err(ResyncReason::Future));
+    }
+    if cursor.sequence < max_floor(conn, sessions)? {
+        return Ok(Err(ResyncReason::Expired));
+    }
+    Ok(Ok(cursor.sequence))
+}
+
+fn max_floor(conn: &Connection, sessions: &[String]) -> Result<i64> {
+    let sql = format!(
+        "SELECT COALESCE(MAX(floor_seq), 0) FROM floors WHERE session_id IN ({})",
+        in_list(sessions.len())
+    );
+    Ok(conn.query_row(&sql, params_from_iter(sessions.iter()), |r| r.get(0))?)
+}
+
+/// Reads up to `limit` events of `sessions` after `after`, re-checking the floors so a page can
+/// never hide events that cleanup removed meanwhile.
+fn read_page(
+    conn: &Connection,
+    epoch: &str,
+    sessions: &[String],
+    after: i64,
+    limit: usize,
+) -> Result<std::result::Result<Page, ResyncReason>> {
+    if after < max_floor(conn, sessions)? {
+        return Ok(Err(ResyncReason::Expired));
+    }
+    let sql = format!(
+        "SELECT id, session_id, turn_id, ts, kind, data FROM events
+         WHERE session_id IN ({}) AND id > ? ORDER BY id LIMIT ?",
+        in_list(sessions.len())
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut values: Vec<rusqlite::types::Value> = sessions
+        .iter()
+        .map(|s| rusqlite::types::Value::Text(s.clone()))
+        .collect();
+    values.push(rusqlite::types::Value::Integer(after));
+    values.push(rusqlite::types::Value::Integer(limit as i64));
+    let mut rows = stmt.query(params_from_iter(values.iter()))?;
+    let mut frames = Vec::new();
+    let mut last_seq = after;
+    while let Some(row) = rows.next()? {
+        let seq: i64 = row.get(0)?;
+        let session_id: String = row.get(1)?;
+        let turn_id: Option<String> = row.get(2)?;
+        let ts: i64 = row.get(3)?;
+        let kind: String = row.get(4)?;
+        let data: String = row.get(5)?;
+        let cursor = Cursor::new(epoch, seq).to_string();
+        let json = event_json(&cursor, &session_id, ts, turn_id.as_deref(), &data);
+        frames.push(Arc::new(Frame {
+            seq,
+            session_id,
+            bytes: sse::encode(Some(&cursor), &kind, &json).into(),
+        }));
+        last_seq = seq;
+    }
+    let complete = frames.len() < limit;
+    Ok(Ok(Page {
+        frames,
+        last_seq,
+        complete,
+    }))
+}
+
+/// The active turns of `sessions` as of `at`, each folded from its events up to `at`.
+fn snapshot_at(conn: &Connection, epoch: &str, sessions: &[String], at: i64) -> Result<Snapshot> {
+    let sql = format!(
+        "SELECT {TURN_COLUMNS} FROM turns WHERE session_id IN ({}) AND queued_seq <= ?
+         AND (ended_seq IS NULL OR ended_seq > ?) ORDER BY queued_seq",
+        in_list(sessions.len())
+    );
+    let mut values: Vec<rusqlite::types::Value> = sessions
+        .iter()
+        .map(|s| rusqlite::types::Value::Text(s.clone()))
+        .collect();
+    values.push(rusqlite::types::Value::Integer(at));
+    values.push(rusqlite::types::Value::Integer(at));
+    let rows: Vec<(TurnRow, String)> = conn
+        .prepare(&sql)?
+        .query_map(params_from_iter(values.iter()), turn_from_row)?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut active_turns = Vec::with_capacity(rows.len());
+    for (turn, _) in rows {
+        let mut progress = fold_turn(conn, &turn, at)?;
+        if progress.state.is_terminal() {
+            progress.state = TurnState::Running;
+        }
+        active_turns.push(progress);
+    }
+    Ok(Snapshot {
+        cursor: Cursor::new(epoch, at).to_string(),
+        active_turns,
+    })
+}
+
+impl Journal {
+    /// Opens a stream: validates the resume position (`None`: the head) and, in the same read
+    /// transaction, builds the snapshot (if asked) and the first page of replay.
+    pub async fn stream_start(
+        &self,
+        sessions: Vec<String>,
+        resume: Option<String>,
+        snapshot: bool,
+        page_limit: usize,
+    ) -> Result<std::result::Result<StreamStart, ResyncReason>> {
+        self.read(move |conn, epoch| {
+            let resume_seq = match &resume {
+                Some(r) => match validate(conn, epoch, &sessions, r)? {
+                    Ok(seq) => seq,
+                    Err(reason) => return Ok(Err(reason)),
+                },
+                None => head(conn)?,
+            };
+            let snapshot = if snapshot {
+                Some(snapshot_at(conn, epoch, &sessions, resume_seq)?)
+            } else {
+                None
+            };
+            let page = match read_page(conn, epoch, &sessions, resume_seq, page_limit)? {
+                Ok(p) => p,
+                Err(reason) => return Ok(Err(reason)),
+            };
+            Ok(Ok(StreamStart {
+                snapshot,
+                page,
+                resume_seq,
+            }))
+        })
+        .await
+    }
+
+    /// The next page of replay after `after`.
+    pub async fn read_after(
+        &self,
+        sessions: Vec<String>,
+        after: i64,
+        limit: usize,
+    ) -> Result<std::result::Result<Page, ResyncReason>> {
+        self.read(move |conn, epoch| read_page(conn, epoch, &sessions, after, limit))
+            .await
+    }
+}
