@@ -1,0 +1,149 @@
+// The demo page: renders what the turnstream SDK knows, nothing more. All durability (history,
+// resume, snapshot, outbox, recovery, tabs) lives in the SDK.
+import init, { ChatClient } from "turnstream";
+
+const params = new URLSearchParams(location.search);
+let sessionId = params.get("session");
+if (!sessionId) {
+  sessionId = "s-" + crypto.randomUUID().slice(0, 8);
+  params.set("session", sessionId);
+  history.replaceState(null, "", "?" + params.toString());
+}
+document.getElementById("session").textContent = sessionId;
+document.getElementById("newSession").href = "?session=s-" + crypto.randomUUID().slice(0, 8);
+
+const log = document.getElementById("log");
+const input = document.getElementById("input");
+const els = new Map(); // entry key -> element
+
+const STATUS_LABEL = {
+  sending: "sending…", sent: "", rejected: "not sent",
+  queued: "queued", streaming: "", complete: "",
+  cancelled: "cancelled", failed: "failed", interrupted: "interrupted",
+};
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function bubble(entry) {
+  const b = el("article", "msg");
+  b.dataset.testid = "message";
+  b.dataset.key = entry.key;
+  if (entry.role === "assistant") {
+    const thinking = el("details", "thinking");
+    thinking.dataset.testid = "thinking";
+    const summary = el("summary", "", "thinking");
+    // Once the user opens or closes it, the page stops folding it by itself.
+    summary.addEventListener("click", () => { thinking.dataset.userToggled = "1"; });
+    thinking.append(summary, el("div", "thinking-text"));
+    const tools = el("ul", "tools");
+    const actions = el("div", "actions");
+    const cancel = el("button", "cancel", "Cancel");
+    cancel.type = "button";
+    cancel.dataset.testid = "cancel";
+    cancel.addEventListener("click", () => {
+      cancel.disabled = true;
+      chat.cancel(b.dataset.turnId).catch((e) => console.warn("cancel failed", e));
+    });
+    actions.append(cancel);
+    b.append(thinking, tools);
+    b.append(el("div", "text"), el("div", "meta"), actions);
+  } else {
+    b.append(el("div", "text"), el("div", "meta"));
+  }
+  return b;
+}
+
+function update(b, entry) {
+  b.dataset.role = entry.role;
+  b.dataset.status = entry.status;
+  b.dataset.turnId = entry.turnId || "";
+  b.dataset.recovered = entry.recovered ? "true" : "false";
+  const text = b.querySelector(".text");
+  if (text.textContent !== entry.content) text.textContent = entry.content;
+  const live = entry.role === "assistant" && (entry.status === "queued" || entry.status === "streaming");
+  let meta = STATUS_LABEL[entry.status] ?? entry.status;
+  if (entry.error && entry.error.message) meta += (meta ? ": " : "") + entry.error.message;
+  if (entry.recovered) meta += (meta ? " · " : "") + "recovered";
+  b.querySelector(".meta").textContent = meta;
+  if (entry.role !== "assistant") return;
+  b.classList.toggle("live", live);
+  const thinking = b.querySelector(".thinking");
+  thinking.hidden = !entry.thinking;
+  const tt = thinking.querySelector(".thinking-text");
+  if (tt.textContent !== (entry.thinking || "")) tt.textContent = entry.thinking || "";
+  // Thinking is open while the turn streams and folds away when it ends, unless the user chose.
+  if (!thinking.dataset.userToggled) thinking.open = live && !entry.content;
+  const tools = b.querySelector(".tools");
+  tools.replaceChildren(...(entry.tools || []).map((t) => {
+    const li = el("li", "tool");
+    li.dataset.testid = "tool";
+    li.dataset.status = t.status;
+    li.append(el("span", "tool-name", t.name), el("span", "tool-status", t.status));
+    if (t.outputPreview) li.append(el("code", "tool-out", t.outputPreview.slice(0, 200)));
+    return li;
+  }));
+  b.querySelector(".actions").hidden = !live;
+  if (live) b.querySelector(".cancel").disabled = false;
+}
+
+function render(state) {
+  const conn = document.getElementById("connection");
+  conn.textContent = state.connection;
+  conn.dataset.state = state.connection;
+  document.getElementById("busy").hidden = !state.busy;
+  document.getElementById("gap").hidden = !state.gap;
+  document.getElementById("empty").hidden = state.messages.length > 0;
+  const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+  const seen = new Set();
+  let prev = null;
+  for (const entry of state.messages) {
+    seen.add(entry.key);
+    let b = els.get(entry.key);
+    if (!b) {
+      b = bubble(entry);
+      els.set(entry.key, b);
+    }
+    update(b, entry);
+    const want = prev ? prev.nextSibling : log.firstChild;
+    if (want !== b) log.insertBefore(b, want);
+    prev = b;
+  }
+  for (const [key, b] of els) {
+    if (!seen.has(key)) { b.remove(); els.delete(key); }
+  }
+  if (atBottom) log.scrollTop = log.scrollHeight;
+}
+
+await init();
+const chat = await ChatClient.connect({ baseUrl: location.origin, sessionId, storage: "indexeddb" });
+window.chat = chat; // for the end-to-end suite and for poking at it in the console
+chat.subscribe(render);
+render(chat.state());
+
+document.getElementById("composer").addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const text = input.value.trim();
+  if (!text) return;
+  input.value = "";
+  input.style.height = "";
+  try {
+    await chat.send(text);
+  } catch (e) {
+    console.warn("send failed", e);
+  }
+});
+input.addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey) {
+    ev.preventDefault();
+    document.getElementById("composer").requestSubmit();
+  }
+});
+input.addEventListener("input", () => {
+  input.style.height = "";
+  input.style.height = Math.min(input.scrollHeight, 160) + "px";
+});
