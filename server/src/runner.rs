@@ -182,14 +182,23 @@ impl Runner {
             stop_rx,
             self.config.coalesce,
         ));
+        // The agent runs in a task of its own: a panic in it fails this turn, not the session's
+        // worker, and cancelling aborts it.
+        let agent = self.agent.clone();
+        let mut task = tokio::spawn(async move { agent.run(ctx, sink).await });
         let outcome = tokio::select! {
-            r = self.agent.run(ctx, sink) => match r {
-                Ok(()) => (TurnState::Completed, None),
-                Err(e) => (TurnState::Failed, Some(e.0)),
+            r = &mut task => match r {
+                Ok(Ok(())) => (TurnState::Completed, None),
+                Ok(Err(e)) => (TurnState::Failed, Some(e.0)),
+                Err(e) => {
+                    tracing::error!(turn = %turn.turn_id, error = %e, "agent task failed");
+                    (TurnState::Failed, Some("the agent crashed".to_string()))
+                }
             },
             _ = cancel.cancelled() => (TurnState::Cancelled, None),
             _ = self.interrupt.cancelled() => (TurnState::Interrupted, None),
         };
+        task.abort();
         let _ = stop_tx.send(());
         let emitted = emitter
             .await
@@ -254,6 +263,11 @@ impl Runner {
             .await?
             .map(|t| t.state)
             .unwrap_or(turn.state))
+    }
+
+    /// Whether shutdown has begun (new messages are refused).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.is_cancelled()
     }
 
     /// Whether any turn is running in this process.

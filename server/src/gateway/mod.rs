@@ -160,7 +160,7 @@ async fn post_message(
             ));
         }
     }
-    if state.shutdown.is_cancelled() {
+    if state.runner.is_stopping() {
         return Err(crate::error::Error::ShuttingDown.into());
     }
     let accepted = state
@@ -271,7 +271,7 @@ async fn healthz() -> Response {
 
 async fn readyz(State(state): State<AppState>) -> Result<Response, AppError> {
     match state.journal.ready().await {
-        Ok(()) if !state.shutdown.is_cancelled() => {
+        Ok(()) if !state.runner.is_stopping() => {
             Ok(Json(serde_json::json!({"status": "ready"})).into_response())
         }
         Ok(()) => Err(crate::error::Error::ShuttingDown.into()),
