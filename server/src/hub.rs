@@ -102,6 +102,11 @@ impl Subscription {
         self.rx.recv().await
     }
 
+    /// A frame already queued, without waiting.
+    pub fn try_recv(&mut self) -> Option<Arc<Frame>> {
+        self.rx.try_recv().ok()
+    }
+
     /// Whether frames were dropped since the last call; clears the flag. Call it before sending
     /// each live frame: if it says true, re-read the journal from the last id sent.
     pub fn take_lagged(&self) -> bool {

@@ -277,9 +277,31 @@ impl Pump {
                 _ = heartbeat.tick() => {
                     self.send(Bytes::from_static(b": heartbeat\n\n")).await?;
                 }
-                _ = self.shutdown.cancelled() => return Err(Stop::Gone),
+                _ = self.shutdown.cancelled() => {
+                    self.drain().await;
+                    return Err(Stop::Gone);
+                }
                 _ = self.tx.closed() => return Err(Stop::Gone),
             }
+        }
+    }
+
+    /// On shutdown: send what was committed and queued before the stream closes, so a turn that
+    /// ended during the grace period reaches the client live (it could still resume otherwise).
+    async fn drain(&mut self) {
+        while let Some(frame) = self.sub.try_recv() {
+            if frame.seq <= self.last {
+                continue;
+            }
+            let sent = tokio::time::timeout(
+                Duration::from_secs(1),
+                self.tx.send(Ok(frame.bytes.clone())),
+            )
+            .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                return;
+            }
+            self.last = frame.seq;
         }
     }
 
