@@ -110,7 +110,7 @@ impl Decoder {
             },
             "event" => self.event = Some(value.to_string()),
             "id" if !value.contains('\0') => self.id = Some(value.to_string()),
-            "retry" => {
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                 if let Ok(ms) = value.parse() {
                     self.retry_ms = Some(ms);
                 }

@@ -71,7 +71,7 @@ pub struct Config {
     /// Milliseconds between the demo agent's deltas.
     #[arg(long, env = "TURNSTREAM_DEMO_DELAY_MS", default_value_t = 30)]
     pub demo_delay_ms: u64,
-    /// Seconds between heartbeat comments on idle streams.
+    /// Seconds a stream may stay silent before a heartbeat comment is sent on it.
     #[arg(long, env = "TURNSTREAM_HEARTBEAT_SECS", default_value_t = 15)]
     pub heartbeat_secs: u64,
     /// Seconds a finished turn's events (and events outside any turn) stay replayable.

@@ -12,6 +12,8 @@ pub enum Error {
     Corrupt(String),
     #[error("database schema version {found} is newer than this server understands ({supported}); upgrade turnstream")]
     SchemaTooNew { found: i64, supported: i64 },
+    #[error("storage failure: {0}")]
+    Storage(String),
     #[error("the journal is shut down")]
     Closed,
     #[error("{what} not found")]

@@ -145,13 +145,7 @@ impl Runner {
     }
 
     async fn run_turn(&self, turn: TurnRow, user_message: String) -> Result<()> {
-        if !self.journal.start_turn(&turn.turn_id).await? {
-            return Ok(()); // cancelled while queued
-        }
-        self.journal
-            .metrics()
-            .turns_started
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Cancellable before it is marked running, so a cancel can never fall between the two.
         let cancel = CancellationToken::new();
         let (done_tx, done_rx) = watch::channel(false);
         lock(&self.running).insert(
@@ -161,6 +155,25 @@ impl Runner {
                 done: done_rx,
             },
         );
+        let result = self.drive_turn(&turn, user_message, cancel).await;
+        lock(&self.running).remove(&turn.turn_id);
+        let _ = done_tx.send(true);
+        result
+    }
+
+    async fn drive_turn(
+        &self,
+        turn: &TurnRow,
+        user_message: String,
+        cancel: CancellationToken,
+    ) -> Result<()> {
+        if !self.journal.start_turn(&turn.turn_id).await? {
+            return Ok(()); // cancelled while queued
+        }
+        self.journal
+            .metrics()
+            .turns_started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let history = self
             .journal
             .agent_history(&turn.session_id, &turn.user_message_id, AGENT_HISTORY)
@@ -203,13 +216,13 @@ impl Runner {
         let emitted = emitter
             .await
             .map_err(|_| Error::Corrupt("turn emitter panicked".into()))?;
-        let (state, error) = match (emitted.error, outcome) {
-            // Losing progress events is a storage fault: the turn cannot claim completion.
-            (Some(e), (TurnState::Completed, _)) => (TurnState::Failed, Some(e)),
-            (_, outcome) => outcome,
+        let (state, error) = match emitted.error {
+            // Progress that could not be journaled is a storage fault: the turn cannot claim
+            // completion, and its text may hold more than was sent.
+            Some(e) => (TurnState::Failed, Some(e)),
+            None => outcome,
         };
-        let result = self
-            .journal
+        self.journal
             .end_turn(
                 &turn.turn_id,
                 state,
@@ -217,14 +230,8 @@ impl Runner {
                 error,
                 &[TurnState::Running],
             )
-            .await;
-        lock(&self.running).remove(&turn.turn_id);
-        let _ = done_tx.send(true);
-        self.journal
-            .metrics()
-            .turns_ended
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        result.map(|_| ())
+            .await
+            .map(|_| ())
     }
 
     /// Cancels a turn: a queued one never starts, a running one is stopped and ends `cancelled`

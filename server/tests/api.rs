@@ -437,3 +437,45 @@ async fn too_many_active_turns_is_a_429() -> TestResult {
     assert_eq!(body["error"]["code"], "too_many_active_turns");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_cancel_racing_the_start_of_a_turn_always_wins() -> TestResult {
+    let s = TestServer::start(&["--demo-delay-ms", "5"])?;
+    for i in 0..25 {
+        let session = format!("race{i}");
+        let sent = s.send(&session, "/deltas 1000").await?;
+        let (status, body) = s.cancel(&sent.turn_id).await?;
+        assert_eq!(status, 200);
+        assert_eq!(body["state"], "cancelled", "round {i}: {body}");
+        let t = s.wait_turn_end(&sent.turn_id).await?;
+        assert_eq!(t.state, turnstream_protocol::TurnState::Cancelled);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn streams_past_the_limit_are_refused_with_503() -> TestResult {
+    let s = TestServer::start(&["--max-streams", "2"])?;
+    let _a = s.stream("session=a", None).await?;
+    let _b = s.stream("session=b", None).await?;
+    let res = s
+        .http
+        .get(format!("{}/api/stream?session=c", s.url))
+        .send()
+        .await?;
+    assert_eq!(res.status(), 503);
+    let v: serde_json::Value = res.json().await?;
+    assert_eq!(v["error"]["code"], "too_many_streams");
+    drop(_a);
+    // Once a stream closes, a new one is accepted.
+    wait_for(|| async {
+        let res = s
+            .http
+            .get(format!("{}/api/stream?session=c", s.url))
+            .send()
+            .await?;
+        Ok((res.status() == 200).then_some(()))
+    })
+    .await?;
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! The HTTP edge of errors: one stable JSON shape, `{"error": {"code", "message"}}`.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -100,11 +100,5 @@ impl From<JsonRejection> for AppError {
 impl From<PathRejection> for AppError {
     fn from(r: PathRejection) -> Self {
         AppError::bad_request("invalid_path", r.body_text())
-    }
-}
-
-impl From<QueryRejection> for AppError {
-    fn from(r: QueryRejection) -> Self {
-        AppError::bad_request("invalid_query", r.body_text())
     }
 }

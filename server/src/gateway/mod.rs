@@ -61,6 +61,7 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BODY_BYTES))
         .with_state(state);
     app = match www {

@@ -88,14 +88,9 @@ pub(crate) async fn stream(
     let want_snapshot = params.snapshot && last_event_id.is_none();
     let resume = last_event_id.or(params.cursor);
     let metrics = state.journal.metrics().clone();
-    if metrics.connections.load(Ordering::Relaxed) as usize >= state.limits.max_streams {
-        return Err(AppError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_streams",
-            "the server has as many open streams as it allows; retry later",
-        ));
-    }
-    let guard = ConnectionGuard::new(metrics.clone());
+    let Some(guard) = ConnectionGuard::try_new(metrics.clone(), state.limits.max_streams) else {
+        return Err(too_many_streams());
+    };
     // Attach first, so nothing that commits while the journal is read can be missed.
     let sub = state.journal.hub().subscribe(&params.sessions);
     let start = state
@@ -150,6 +145,14 @@ pub(crate) async fn stream(
     Ok(res)
 }
 
+fn too_many_streams() -> AppError {
+    AppError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "too_many_streams",
+        "the server has as many open streams as it allows; retry later",
+    )
+}
+
 fn resync_frame(reason: ResyncReason) -> String {
     let json = serde_json::to_string(&ResyncRequired { reason })
         .unwrap_or_else(|_| format!("{{\"reason\":\"{}\"}}", reason.as_str()));
@@ -166,10 +169,15 @@ fn tokio_stream_from(
 struct ConnectionGuard(Arc<Metrics>);
 
 impl ConnectionGuard {
-    fn new(m: Arc<Metrics>) -> Self {
-        m.connections.fetch_add(1, Ordering::Relaxed);
+    /// Counts one more stream, unless that would pass `max` (checked and counted in one step).
+    fn try_new(m: Arc<Metrics>, max: usize) -> Option<Self> {
+        let before = m.connections.fetch_add(1, Ordering::AcqRel);
+        if before as usize >= max {
+            m.connections.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
         m.connections_total.fetch_add(1, Ordering::Relaxed);
-        ConnectionGuard(m)
+        Some(ConnectionGuard(m))
     }
 }
 
@@ -272,6 +280,8 @@ impl Pump {
                     if frame.seq > self.last {
                         self.send(frame.bytes.clone()).await?;
                         self.last = frame.seq;
+                        // A stream that carries events needs no heartbeat.
+                        heartbeat.reset();
                     }
                 }
                 _ = heartbeat.tick() => {

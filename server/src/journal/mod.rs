@@ -39,9 +39,10 @@ const MAX_IDLE_READERS: usize = 16;
 const MAX_CONCURRENT_READS: usize = 8;
 
 type Completion = Box<dyn FnOnce(Result<()>) + Send>;
-/// A write job: runs inside its own savepoint, says whether to keep its changes, and hands back
-/// what to call once the batch's commit is known.
-type JobFn = Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Completion) + Send>;
+/// A write job: runs inside its own savepoint (or, given `None`, not at all: the storage could
+/// not start a transaction), says whether to keep its changes, and hands back what to call once
+/// the batch's commit is known.
+type JobFn = Box<dyn FnOnce(Option<&mut WriteCtx<'_>>) -> (bool, Completion) + Send>;
 
 struct Job {
     enqueued: Instant,
@@ -235,7 +236,10 @@ impl Journal {
         let job = Job {
             enqueued: Instant::now(),
             run: Box::new(move |ctx| {
-                let r = f(ctx);
+                let r = match ctx {
+                    Some(ctx) => f(ctx),
+                    None => Err(Error::Storage("the write could not start".into())),
+                };
                 let ok = r.is_ok();
                 let completion: Completion = Box::new(move |commit: Result<()>| {
                     let _ = tx.send(commit.and(r));
@@ -345,11 +349,13 @@ fn writer_loop(
             Ok(tx) => tx,
             Err(e) => {
                 tracing::error!(error = %e, "journal: cannot begin a write transaction");
+                let msg = e.to_string();
                 for job in batch {
                     // Run nothing; answer every job with the error.
-                    let msg = e.to_string();
-                    let (_, completion) = fail_job(job, &msg);
-                    completion(Err(Error::Corrupt(msg)));
+                    let (_, completion) = (job.run)(None);
+                    completion(Err(Error::Storage(format!(
+                        "cannot begin a transaction: {msg}"
+                    ))));
                 }
                 continue;
             }
@@ -361,7 +367,7 @@ fn writer_loop(
             let mut sp = match tx.unchecked_transaction_savepoint() {
                 Ok(sp) => sp,
                 Err(e) => {
-                    let (_, completion) = fail_job(job, &e.to_string());
+                    let (_, completion) = (job.run)(None);
                     completion(Err(Error::Sqlite(e)));
                     continue;
                 }
@@ -373,13 +379,19 @@ fn writer_loop(
                 frames: Vec::new(),
                 now: now_ms(),
             };
-            let (ok, completion) = (job.run)(&mut ctx);
+            let (ok, completion) = (job.run)(Some(&mut ctx));
             let job_frames = std::mem::take(&mut ctx.frames);
-            if ok && sp.commit().is_ok() {
-                frames.extend(job_frames);
-            } else {
+            if !ok {
                 next_seq = saved;
                 let _ = sp.rollback();
+            } else if let Err(e) = sp.commit() {
+                // The job succeeded but its changes could not be kept: it must not look committed.
+                next_seq = saved;
+                let _ = sp.rollback();
+                completion(Err(Error::Sqlite(e)));
+                continue;
+            } else {
+                frames.extend(job_frames);
             }
             completions.push((enqueued, completion));
         }
@@ -402,18 +414,12 @@ fn writer_loop(
                 next_seq = batch_start_seq;
                 let msg = e.to_string();
                 for (_, completion) in completions {
-                    completion(Err(Error::Corrupt(format!("commit failed: {msg}"))));
+                    completion(Err(Error::Storage(format!("commit failed: {msg}"))));
                 }
             }
         }
     }
     tracing::debug!("journal writer stopped");
-}
-
-/// Answers a job that could not run: its closure is dropped unrun and its caller told why.
-fn fail_job(job: Job, _why: &str) -> (bool, Completion) {
-    drop(job.run);
-    (false, Box::new(|_| {}))
 }
 
 trait SavepointExt {

@@ -5,9 +5,17 @@ use serde_json::Value;
 use turnstream_protocol::limits::{MAX_EVENT_PAYLOAD_BYTES, TRUNCATED_PREVIEW_BYTES};
 use turnstream_protocol::Truncation;
 
+/// Room kept for the envelope (id, session, turn, timestamp) and the truncation list, so the
+/// whole event a client receives fits the cap, not only its kind-specific part.
+const ENVELOPE_ROOM: usize = 2 * 1024;
+
 /// Cuts the largest string fields of `value` until its JSON fits the cap. Returns what was cut.
 pub fn cap(value: &mut Value) -> Vec<Truncation> {
-    cap_to(value, MAX_EVENT_PAYLOAD_BYTES, TRUNCATED_PREVIEW_BYTES)
+    cap_to(
+        value,
+        MAX_EVENT_PAYLOAD_BYTES - ENVELOPE_ROOM,
+        TRUNCATED_PREVIEW_BYTES,
+    )
 }
 
 fn cap_to(value: &mut Value, max: usize, preview: usize) -> Vec<Truncation> {
@@ -112,7 +120,7 @@ mod tests {
         assert_eq!(cuts[0].original_size, 400_000);
         let s = v["output_preview"].as_str().unwrap_or_default();
         assert!(s.len() <= TRUNCATED_PREVIEW_BYTES && s.len() > TRUNCATED_PREVIEW_BYTES - 4);
-        assert!(encoded_len(&v) <= MAX_EVENT_PAYLOAD_BYTES);
+        assert!(encoded_len(&v) <= MAX_EVENT_PAYLOAD_BYTES - ENVELOPE_ROOM);
     }
 
     #[test]
@@ -134,7 +142,7 @@ mod tests {
             }
             let mut v = Value::Object(map);
             cap(&mut v);
-            proptest::prop_assert!(encoded_len(&v) <= MAX_EVENT_PAYLOAD_BYTES);
+            proptest::prop_assert!(encoded_len(&v) <= MAX_EVENT_PAYLOAD_BYTES - ENVELOPE_ROOM);
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use rusqlite::{params_from_iter, Connection};
-use turnstream_protocol::{sse, Cursor, ResyncReason, Snapshot, TurnState};
+use turnstream_protocol::{sse, Cursor, ResyncReason, Snapshot};
 
 use super::store::{fold_turn, head, in_list, turn_from_row, TurnRow, TURN_COLUMNS};
 use super::{event_json, Journal};
@@ -129,11 +129,8 @@ fn snapshot_at(conn: &Connection, epoch: &str, sessions: &[String], at: i64) -> 
         .collect::<rusqlite::Result<_>>()?;
     let mut active_turns = Vec::with_capacity(rows.len());
     for (turn, _) in rows {
-        let mut progress = fold_turn(conn, &turn, at)?;
-        if progress.state.is_terminal() {
-            progress.state = TurnState::Running;
-        }
-        active_turns.push(progress);
+        // Active as of `at`: its `turn_ended` (if any) is after `at`, so the fold stops short of it.
+        active_turns.push(fold_turn(conn, &turn, at)?);
     }
     Ok(Snapshot {
         cursor: Cursor::new(epoch, at).to_string(),

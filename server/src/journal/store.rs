@@ -1,6 +1,8 @@
 //! The journal's turn operations: accepting messages, the turn lifecycle, history, turn status
 //! and recovery after a crash.
 
+use std::sync::atomic::Ordering;
+
 use rusqlite::{params, Connection, OptionalExtension};
 use turnstream_protocol::{
     ActiveTurn, Cursor, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
@@ -364,8 +366,13 @@ impl Journal {
         from: &'static [TurnState],
     ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
-        self.write(move |ctx| end_turn_in(ctx, &turn_id, state, text, error, from))
-            .await
+        let ended = self
+            .write(move |ctx| end_turn_in(ctx, &turn_id, state, text, error, from))
+            .await?;
+        if ended.is_some() {
+            self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(ended)
     }
 
     pub async fn turn(&self, turn_id: &str) -> Result<Option<TurnRow>> {
@@ -453,7 +460,7 @@ impl Journal {
     /// its `turn_ended` is already journaled, in which case only the projection is repaired.
     /// Returns how many turns were interrupted and how many repaired.
     pub async fn recover_after_crash(&self) -> Result<(usize, usize)> {
-        self.write(|ctx| {
+        let (interrupted, repaired) = self.write(|ctx| {
             let running: Vec<String> = ctx
                 .conn
                 .prepare("SELECT turn_id FROM turns WHERE state = 'running'")?
@@ -488,7 +495,11 @@ impl Journal {
             }
             Ok((interrupted, repaired))
         })
-        .await
+        .await?;
+        self.metrics()
+            .turns_ended
+            .fetch_add(interrupted as u64, Ordering::Relaxed);
+        Ok((interrupted, repaired))
     }
 }
 
