@@ -1,0 +1,358 @@
+// End-to-end suite: the demo page (www/) in headless Chromium, driven by playwright-core, against
+// the real `turnstream` binary. Each scenario starts its own server on a free port with a fresh
+// SQLite file, acts as a user would, and saves a screenshot under tests/artifacts/.
+// The last line printed is "N passed, N failed".
+import { chromium } from "playwright-core";
+import { spawn, execFileSync } from "node:child_process";
+import { mkdtempSync, mkdirSync, rmSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createInterface } from "node:readline";
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+const BIN = process.env.TURNSTREAM_BIN ?? join(ROOT, "target", "debug", "turnstream");
+const WWW = join(ROOT, "www");
+const ARTIFACTS = join(ROOT, "tests", "artifacts");
+const CHROMIUM = process.env.CHROMIUM ?? findChromium();
+const STEP_TIMEOUT = 30_000;
+
+function findChromium() {
+  for (const name of ["chromium", "chromium-browser", "google-chrome"]) {
+    try {
+      return execFileSync("sh", ["-c", `command -v ${name}`]).toString().trim();
+    } catch {}
+  }
+  throw new Error("no chromium on PATH (./run setup installs Debian's)");
+}
+
+const deltasText = (n) => Array.from({ length: n }, (_, i) => `x${i + 1} `).join("");
+
+/** The real server binary on a fixed loopback port (so a restarted server keeps the page's origin). */
+class Server {
+  constructor(flags = []) {
+    this.flags = flags;
+    this.dir = mkdtempSync(join(tmpdir(), "turnstream-e2e-"));
+    this.port = 0;
+  }
+  async start() {
+    const listen = `127.0.0.1:${this.port}`;
+    this.proc = spawn(BIN, ["serve", "--listen", listen, "--db", join(this.dir, "ts.db"), "--www", WWW, ...this.flags], {
+      stdio: ["ignore", "pipe", "inherit"],
+      env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
+    });
+    const exited = new Promise((_, reject) => this.proc.once("exit", (c) => reject(new Error(`server exited (${c}) before listening`))));
+    const line = await Promise.race([
+      new Promise((resolve) => createInterface({ input: this.proc.stdout }).once("line", resolve)),
+      exited,
+      timeout(10_000, "server start"),
+    ]);
+    const m = /listening on (http:\/\/\S+)/.exec(line);
+    if (!m) throw new Error(`unexpected server output: ${line}`);
+    this.url = m[1];
+    this.port = Number(new URL(this.url).port);
+    return this;
+  }
+  async kill(signal = "SIGKILL") {
+    if (!this.proc || this.proc.exitCode !== null) return;
+    const done = new Promise((r) => this.proc.once("exit", r));
+    this.proc.kill(signal);
+    await done;
+  }
+  async restart() {
+    await this.kill("SIGKILL");
+    return this.start();
+  }
+  async stop() {
+    await this.kill("SIGKILL");
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+  async api(path, init) {
+    const res = await fetch(this.url + path, init);
+    return { status: res.status, body: await res.json() };
+  }
+  async post(session, content) {
+    const { status, body } = await this.api(`/api/sessions/${session}/messages`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ content }),
+    });
+    if (status !== 202) throw new Error(`POST ${status}: ${JSON.stringify(body)}`);
+    return body;
+  }
+  async history(session) {
+    return (await this.api(`/api/sessions/${session}/history?limit=1000`)).body;
+  }
+  async turn(id) {
+    return (await this.api(`/api/turns/${id}`)).body;
+  }
+}
+
+function timeout(ms, what) {
+  return new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out: ${what}`)), ms));
+}
+
+/** Polls `check` (async, returns a truthy value when done) until the deadline. */
+async function until(what, check, ms = STEP_TIMEOUT) {
+  const end = Date.now() + ms;
+  let last;
+  while (Date.now() < end) {
+    try {
+      const v = await check();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${last.message})` : ""}`);
+}
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+function assertEq(a, b, msg) {
+  if (JSON.stringify(a) !== JSON.stringify(b)) {
+    throw new Error(`assertion failed: ${msg}\n  got:      ${JSON.stringify(a)?.slice(0, 400)}\n  expected: ${JSON.stringify(b)?.slice(0, 400)}`);
+  }
+}
+
+/** What the page shows, read from the DOM as a user would see it. */
+async function view(page) {
+  return page.evaluate(() => ({
+    connection: document.querySelector("[data-testid=connection]")?.textContent,
+    busy: !document.querySelector("[data-testid=busy]")?.hidden,
+    gap: !document.querySelector("[data-testid=gap]")?.hidden,
+    messages: [...document.querySelectorAll("[data-testid=message]")].map((m) => ({
+      key: m.dataset.key,
+      role: m.dataset.role,
+      status: m.dataset.status,
+      recovered: m.dataset.recovered === "true",
+      text: m.querySelector(".text")?.textContent ?? "",
+      thinking: m.querySelector(".thinking-text")?.textContent ?? "",
+      tools: [...m.querySelectorAll("[data-testid=tool]")].map((t) => t.dataset.status),
+    })),
+  }));
+}
+
+const assistants = (v) => v.messages.filter((m) => m.role === "assistant");
+const users = (v) => v.messages.filter((m) => m.role === "user");
+
+async function openPage(context, server, session) {
+  const page = await context.newPage();
+  page.on("pageerror", (e) => console.error(`  [page error] ${e.message}`));
+  await page.goto(`${server.url}/?session=${session}`);
+  await until("the page to be live", async () => (await view(page)).connection === "live");
+  return page;
+}
+
+async function send(page, text) {
+  await page.fill("[data-testid=input]", text);
+  await page.click("[data-testid=send]");
+}
+
+/** The page's conversation must equal the server's history, message for message. */
+async function assertMatchesHistory(page, server, session) {
+  const h = await server.history(session);
+  const v = await view(page);
+  assertEq(
+    v.messages.map((m) => [m.role, m.text]),
+    h.messages.map((m) => [m.role, m.content]),
+    "the page shows exactly the server's history",
+  );
+}
+
+const scenarios = [];
+const scenario = (name, flags, fn) => scenarios.push({ name, flags, fn });
+
+scenario("send a message: thinking, a tool call and the streamed reply complete", ["--demo-delay-ms", "30"], async ({ context, server, session }) => {
+  const page = await openPage(context, server, session);
+  await send(page, "hello from the end-to-end suite");
+  // While it streams: the user bubble, then an assistant bubble with thinking and a tool.
+  await until("thinking and a tool call to show", async () => {
+    const a = assistants(await view(page))[0];
+    return a && a.thinking.length > 0 && a.tools.length > 0;
+  });
+  const done = await until("the reply to complete", async () => {
+    const a = assistants(await view(page))[0];
+    return a?.status === "complete" && a;
+  });
+  assert(done.text.includes("hello from the end-to-end suite"), "the reply quotes the message");
+  assertEq(done.tools, ["finished"], "the tool call finished");
+  assert(done.thinking.length > 0, "thinking is kept");
+  assertEq(users(await view(page)).length, 1, "one user bubble");
+  assert(!(await view(page)).busy, "not busy once the turn ended");
+  await assertMatchesHistory(page, server, session);
+  return page;
+});
+
+scenario("reload mid-turn: the in-flight turn reappears with its thinking and text so far, then completes once", ["--demo-delay-ms", "60"], async ({ context, server, session }) => {
+  const page = await openPage(context, server, session);
+  await send(page, "please stream a long answer for the reload test");
+  const before = await until("some reply text", async () => {
+    const a = assistants(await view(page))[0];
+    return a && a.text.length > 40 && a;
+  });
+  await page.reload();
+  const after = await until("the turn to reappear after the reload", async () => {
+    const a = assistants(await view(page))[0];
+    return a && a.text.length >= before.text.length && a;
+  });
+  assert(after.text.startsWith(before.text), "the text so far survives the reload");
+  assert(after.thinking.length > 0, "the thinking survives the reload");
+  assert(after.status === "streaming" || after.status === "complete", `status after reload: ${after.status}`);
+  const done = await until("completion", async () => {
+    const a = assistants(await view(page))[0];
+    return a?.status === "complete" && a;
+  });
+  assertEq(assistants(await view(page)).length, 1, "one assistant bubble");
+  assertEq(users(await view(page)).length, 1, "one user bubble");
+  const h = await server.history(session);
+  assertEq(done.text, h.messages[1].content, "no duplicated or missing text");
+  return page;
+});
+
+scenario("two tabs on one session: a message sent in one appears in the other with its reply, once", ["--demo-delay-ms", "20"], async ({ context, browser, server, session }) => {
+  const a = await openPage(context, server, session);
+  const b = await openPage(context, server, session);
+  // A third tab in another browser profile: another device, no shared storage.
+  const other = await browser.newContext();
+  const c = await openPage(other, server, session);
+  await send(a, "/echo sent from tab A");
+  for (const [name, page] of [["B", b], ["C", c], ["A", a]]) {
+    await until(`tab ${name} to show the reply`, async () => assistants(await view(page))[0]?.status === "complete");
+    const v = await view(page);
+    assertEq(v.messages.map((m) => [m.role, m.text]), [["user", "/echo sent from tab A"], ["assistant", "sent from tab A"]], `tab ${name} shows it exactly once`);
+  }
+  await other.close();
+  return b;
+});
+
+scenario("offline mid-turn, then online: the reply completes with no gap, and a message typed offline is delivered once", ["--demo-delay-ms", "40", "--coalesce-ms", "0"], async ({ context, server, session }) => {
+  const page = await openPage(context, server, session);
+  await send(page, "/deltas 100");
+  await until("some text", async () => (assistants(await view(page))[0]?.text.length ?? 0) > 20);
+  await context.setOffline(true);
+  await until("the page to say it is offline", async () => (await view(page)).connection === "offline");
+  const frozen = assistants(await view(page))[0].text;
+  const turnId = (await server.history(session)).messages[0].turn_id;
+  // The turn goes on on the server while the browser is away.
+  await until("the server to move on", async () => (await server.turn(turnId)).text.length > frozen.length + 40);
+  await send(page, "/echo typed while offline");
+  await until("the offline message to wait in the outbox", async () => users(await view(page)).some((m) => m.text === "/echo typed while offline" && m.status === "sending"));
+  await context.setOffline(false);
+  await until("the first reply to complete", async () => assistants(await view(page))[0]?.status === "complete");
+  await until("the offline message's reply", async () => assistants(await view(page))[1]?.status === "complete");
+  const v = await view(page);
+  assertEq(assistants(v)[0].text, deltasText(100), "the reply has no gap and no duplicate");
+  assert(!v.gap, "a contiguous resume is not a gap");
+  assertEq(users(v).filter((m) => m.text === "/echo typed while offline").length, 1, "delivered once on the page");
+  const h = await server.history(session);
+  assertEq(h.messages.filter((m) => m.content === "/echo typed while offline").length, 1, "delivered once to the server");
+  await assertMatchesHistory(page, server, session);
+  return page;
+});
+
+scenario("server killed (SIGKILL) mid-turn and restarted: the turn shows interrupted with its partial text, and the next message works", ["--demo-delay-ms", "40", "--coalesce-ms", "0"], async ({ context, server, session }) => {
+  const page = await openPage(context, server, session);
+  await send(page, "/deltas 400");
+  await until("some text", async () => (assistants(await view(page))[0]?.text.length ?? 0) > 30);
+  await server.kill("SIGKILL");
+  await until("the page to notice", async () => (await view(page)).connection !== "live");
+  await server.restart();
+  const a = await until("the turn to show interrupted", async () => {
+    const x = assistants(await view(page))[0];
+    return x?.status === "interrupted" && x;
+  }, 45_000);
+  assert(a.text.length > 0 && deltasText(400).startsWith(a.text), "the partial text is kept");
+  await until("live again", async () => (await view(page)).connection === "live");
+  await send(page, "/echo after the restart");
+  await until("the next reply", async () => assistants(await view(page))[1]?.status === "complete");
+  assertEq(assistants(await view(page))[1].text, "after the restart", "the next message works");
+  await assertMatchesHistory(page, server, session);
+  return page;
+});
+
+scenario("cancel a running turn: it ends cancelled in every tab", ["--demo-delay-ms", "40"], async ({ context, server, session }) => {
+  const a = await openPage(context, server, session);
+  const b = await openPage(context, server, session);
+  await send(a, "/deltas 500");
+  await until("tab B to see it stream", async () => (assistants(await view(b))[0]?.text.length ?? 0) > 10);
+  await a.click("[data-testid=message][data-role=assistant] [data-testid=cancel]");
+  for (const [name, page] of [["A", a], ["B", b]]) {
+    await until(`tab ${name} to show cancelled`, async () => assistants(await view(page))[0]?.status === "cancelled");
+    assert(!(await view(page)).busy, `tab ${name} is no longer busy`);
+    await assertMatchesHistory(page, server, session);
+  }
+  return b;
+});
+
+scenario("a cursor older than retention: the page resyncs and shows the right history", ["--demo-delay-ms", "5", "--retention-secs", "1", "--cleanup-interval-secs", "1"], async ({ context, server, session }) => {
+  const page = await openPage(context, server, session);
+  await send(page, "/echo before going away");
+  await until("the first reply", async () => assistants(await view(page))[0]?.status === "complete");
+  await context.setOffline(true);
+  await until("offline", async () => (await view(page)).connection === "offline");
+  // While the page is away, another device talks in the session, and retention removes those
+  // events from the journal: the page's cursor can no longer be replayed.
+  const h0 = await server.history(session);
+  const t = await server.post(session, "/echo said while you were away");
+  await until("that turn to end", async () => (await server.turn(t.turn_id)).state === "completed");
+  await until("its events to expire", async () => {
+    const res = await fetch(`${server.url}/api/stream?session=${session}&cursor=${h0.cursor}`);
+    const text = await res.text();
+    return text.includes("history_resync_required") && text.includes("expired");
+  });
+  await context.setOffline(false);
+  await until("the page to show the missed messages", async () => (await view(page)).messages.length === 4);
+  const v = await view(page);
+  assert(v.gap, "the page says it had to reload");
+  await until("live again", async () => (await view(page)).connection === "live");
+  await assertMatchesHistory(page, server, session);
+  return page;
+});
+
+async function main() {
+  if (!existsSync(BIN)) throw new Error(`no server binary at ${BIN} (cargo build -p turnstream-server)`);
+  if (!existsSync(join(WWW, "pkg", "turnstream.js"))) throw new Error("www/pkg is missing (./run pkg copies the package there)");
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+      "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
+  });
+  const only = process.env.E2E_ONLY;
+  let passed = 0, failed = 0;
+  for (const [i, s] of scenarios.entries()) {
+    if (only && !s.name.includes(only)) continue;
+    const server = await new Server(s.flags).start();
+    const context = await browser.newContext({ viewport: { width: 900, height: 720 } });
+    const session = `e2e-${i + 1}-${Date.now().toString(36)}`;
+    const started = Date.now();
+    let page;
+    try {
+      page = await Promise.race([s.fn({ browser, context, server, session }), timeout(120_000, "scenario")]);
+      passed++;
+      console.log(`ok ${i + 1} - ${s.name} (${Date.now() - started} ms)`);
+    } catch (e) {
+      failed++;
+      console.log(`not ok ${i + 1} - ${s.name}\n  ${String(e.stack ?? e).split("\n").slice(0, 6).join("\n  ")}`);
+      page = context.pages().at(-1);
+    }
+    try {
+      if (page) await page.screenshot({ path: join(ARTIFACTS, `${String(i + 1).padStart(2, "0")}.png`), fullPage: true });
+    } catch {}
+    await context.close();
+    await server.stop();
+  }
+  await browser.close();
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => {
+  console.error(e);
+  console.log("0 passed, 1 failed");
+  process.exit(1);
+});
