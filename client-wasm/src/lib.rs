@@ -1,1 +1,20 @@
+//! Browser SDK of turnstream: a durable, resumable view of one chat session.
+//!
+//! # Layout
+//! - [`reducer`]: plain Rust. Merges every source (cache, history, snapshot, stream, POST
+//!   responses, optimistic sends, turn-status checks, sibling tabs) into one ordered view.
+//! - [`tabs`]: what sibling tabs tell each other over a BroadcastChannel.
+//! - [`retry`]: when to try again and what an HTTP answer means for a queued message.
+//! - `browser` (wasm32 only): the thin ring around the reducer — fetch, EventSource, IndexedDB,
+//!   BroadcastChannel, Web Locks — and the `ChatClient` JS API.
 
+pub mod reducer;
+pub mod retry;
+pub mod tabs;
+
+#[cfg(target_arch = "wasm32")]
+mod browser;
+
+/// The JS API, also reachable from Rust (the browser tests drive it this way).
+#[cfg(target_arch = "wasm32")]
+pub use browser::ChatClient;

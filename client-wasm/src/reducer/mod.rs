@@ -21,8 +21,8 @@ use turnstream_protocol::{
 };
 
 use entry::{AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus};
-pub use view::{Connection, EntryStatus, EntryView, Role, ToolView, View};
 use view::{assistant_view, user_view, Place};
+pub use view::{Connection, EntryStatus, EntryView, Role, ToolView, View};
 
 /// Version of [`CacheRecord`]; a cache of another version is ignored.
 pub const CACHE_VERSION: u32 = 1;
@@ -147,7 +147,7 @@ impl Conversation {
             changed |= self.adopt_epoch(&cursor.epoch);
         }
         for m in &h.messages {
-            changed |= self.absorb_message(m, None, false);
+            changed |= self.absorb_message(m, None);
         }
         self.touch(changed)
     }
@@ -179,10 +179,8 @@ impl Conversation {
             .filter(|a| self.introduced_at(a).is_none_or(|i| i <= seq))
             .map(|a| a.turn_id.clone())
             .collect();
-        for t in missing {
-            self.checking.remove(&t);
-            self.to_check.insert(t);
-        }
+        // (One already being checked stays handed out: its answer is on the way.)
+        self.to_check.extend(missing);
         self.touch(changed)
     }
 
@@ -198,7 +196,7 @@ impl Conversation {
         let mut changed = false;
         match &e.body {
             EventBody::MessageReceived { message } => {
-                changed |= self.absorb_message(message, Some(seq), false);
+                changed |= self.absorb_message(message, Some(seq));
             }
             EventBody::TurnEnded {
                 state,
@@ -215,13 +213,23 @@ impl Conversation {
                 let truncated = e.truncated.iter().any(|t| t.field == "message.content");
                 let a = self.turn_mut(&turn_id, &mut changed);
                 changed |= a.note_anchor(Some(seq));
-                changed |= a.progress.apply(seq, &e.body);
+                // A replayed end of a turn settled by history must not claim its progress is
+                // complete through here: the thinking and tools before it were never folded.
+                if !a.is_final() {
+                    changed |= a.progress.apply(seq, &e.body);
+                }
                 let fin = match message {
                     Some(m) => Final {
                         status: m.status,
                         source: FinalSource::Message,
                         message_id: Some(m.message_id.clone()),
-                        content: m.content.clone(),
+                        // A cut reply: the deltas we folded are the whole text (deltas are never
+                        // cut). History's copy replaces it either way.
+                        content: if truncated && a.progress.text.len() > m.content.len() {
+                            a.progress.text.clone()
+                        } else {
+                            m.content.clone()
+                        },
                         truncated,
                         error: error.clone(),
                     },
@@ -471,6 +479,36 @@ impl Conversation {
         }
     }
 
+    /// The cache, keeping only the newest `keep` journal positions (a message and its reply share
+    /// one): unsent messages and open turns are always kept, as they are what a reload must
+    /// not lose. Older bubbles come back from history when its page reaches them.
+    pub fn to_cache_bounded(&self, keep: usize) -> CacheRecord {
+        let mut anchors: Vec<i64> = self.users.values().filter_map(|u| u.seq).collect();
+        anchors.extend(self.turns.values().filter_map(|a| self.introduced_at(a)));
+        anchors.sort_unstable();
+        anchors.dedup();
+        let Some(&cutoff) = anchors.len().checked_sub(keep).and_then(|i| anchors.get(i)) else {
+            return self.to_cache();
+        };
+        CacheRecord {
+            version: CACHE_VERSION,
+            session_id: self.session_id.clone(),
+            epoch: self.epoch.clone(),
+            users: self
+                .users
+                .values()
+                .filter(|u| u.seq.is_none_or(|s| s >= cutoff))
+                .cloned()
+                .collect(),
+            turns: self
+                .turns
+                .values()
+                .filter(|a| !a.is_final() || self.introduced_at(a).is_none_or(|s| s >= cutoff))
+                .cloned()
+                .collect(),
+        }
+    }
+
     pub fn view(&self) -> View {
         let mut placed: Vec<(Place, &str, EntryView)> =
             Vec::with_capacity(self.users.len() + self.turns.len());
@@ -559,7 +597,7 @@ impl Conversation {
         }
     }
 
-    fn absorb_message(&mut self, m: &Message, seq_hint: Option<i64>, _relayed: bool) -> bool {
+    fn absorb_message(&mut self, m: &Message, seq_hint: Option<i64>) -> bool {
         let seq = self.epoch_seq(&m.event_id).or(seq_hint);
         match m.role {
             WireRole::User => {
@@ -655,8 +693,8 @@ impl Conversation {
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
-mod tests;
+mod props;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod sim;
 #[cfg(all(test, not(target_arch = "wasm32")))]
-mod props;
+mod tests;

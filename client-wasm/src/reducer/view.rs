@@ -24,6 +24,19 @@ pub enum Connection {
     Closed,
 }
 
+impl Connection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Connection::Connecting => "connecting",
+            Connection::Live => "live",
+            Connection::Reconnecting => "reconnecting",
+            Connection::Resyncing => "resyncing",
+            Connection::Offline => "offline",
+            Connection::Closed => "closed",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -109,8 +122,14 @@ pub struct View {
 /// reply right after the message that started its turn), then unsent messages in send order.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Place {
-    Journal { seq: i64, rank: u8 },
-    Unsent { created_at: i64, send_order: u64 },
+    Journal {
+        seq: i64,
+        rank: u8,
+    },
+    Unsent {
+        created_at: i64,
+        send_order: u64,
+    },
     /// A reply whose position nothing tells (should not happen): after everything.
     Unknown,
 }

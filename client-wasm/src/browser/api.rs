@@ -1,0 +1,254 @@
+//! The JS surface: the `ChatClient` class and its TypeScript types. Thin shims that check their
+//! arguments and call the `pub(crate)` client.
+
+use std::rc::Rc;
+
+use js_sys::{Function, Promise};
+use serde::Deserialize;
+use turnstream_protocol::limits::{
+    is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
+};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use super::client::{Client, Options};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &str = r#"
+/** Where the view and the outbox outlive the page. */
+export type StorageKind = "indexeddb" | "memory";
+
+export interface ConnectOptions {
+  /** Origin (and path prefix) of the turnstream server, e.g. "https://chat.example.com".
+   *  Default: the page's own origin. */
+  baseUrl?: string;
+  /** The session to show: 1 to 128 of [A-Za-z0-9_.:-]. */
+  sessionId: string;
+  /** "indexeddb" (default): the view and unsent messages survive reloads and are shared by tabs.
+   *  "memory": nothing is stored. */
+  storage?: StorageKind;
+  /** Messages of history loaded on connect and after a resync: 1 to 1000, default 100. */
+  historyLimit?: number;
+}
+
+/** The link to the server. */
+export type Connection = "connecting" | "live" | "reconnecting" | "resyncing" | "offline" | "closed";
+
+export type UserStatus = "sending" | "sent" | "rejected";
+export type AssistantStatus = "queued" | "streaming" | "complete" | "cancelled" | "failed" | "interrupted";
+export type ToolStatus = "started" | "progress" | "finished" | "failed";
+export type TurnState = "queued" | "running" | "completed" | "cancelled" | "failed" | "interrupted";
+
+export interface EntryError {
+  readonly code: string;
+  readonly message: string;
+}
+
+export interface ToolCallView {
+  readonly callId: string;
+  readonly name: string;
+  readonly status: ToolStatus;
+  readonly inputPreview: string | null;
+  readonly outputPreview: string | null;
+}
+
+interface EntryBase {
+  /** Stable for the life of the bubble: use it as the React key. */
+  readonly key: string;
+  readonly content: string;
+  readonly messageId: string | null;
+  readonly thinking: string;
+  readonly tools: readonly ToolCallView[];
+  readonly error: EntryError | null;
+}
+
+export interface UserEntry extends EntryBase {
+  readonly role: "user";
+  readonly status: UserStatus;
+  readonly clientMessageId: string | null;
+  /** null until the server accepted the message. */
+  readonly turnId: string | null;
+  readonly recovered: false;
+  /** Unix milliseconds: the sender's clock until the server's is known. */
+  readonly createdAt: number;
+}
+
+export interface AssistantEntry extends EntryBase {
+  readonly role: "assistant";
+  readonly status: AssistantStatus;
+  readonly clientMessageId: null;
+  readonly turnId: string;
+  /** Settled by a turn-status check after a reload rather than by the live stream. */
+  readonly recovered: boolean;
+  readonly createdAt: null;
+}
+
+export type ChatEntry = UserEntry | AssistantEntry;
+
+/** Immutable; a new object after every change, the same object otherwise. */
+export interface ChatState {
+  readonly sessionId: string;
+  readonly connection: Connection;
+  /** The session has a queued or running turn. */
+  readonly busy: boolean;
+  /** Something could not be recovered (a history resync, or a turn the server lost). */
+  readonly gap: boolean;
+  /** In journal order; messages not yet accepted by the server last, in send order. */
+  readonly messages: readonly ChatEntry[];
+}
+
+export interface SendResult {
+  readonly clientMessageId: string;
+}
+
+export interface CancelResult {
+  readonly turnId: string;
+  readonly state: TurnState;
+}
+"#;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConnectOptions {
+    #[serde(default)]
+    base_url: Option<String>,
+    session_id: String,
+    #[serde(default)]
+    storage: Option<String>,
+    #[serde(default)]
+    history_limit: Option<u32>,
+}
+
+fn parse_options(value: JsValue) -> Result<Options, JsError> {
+    let o: ConnectOptions = serde_wasm_bindgen::from_value(value)
+        .map_err(|e| JsError::new(&format!("turnstream: invalid options: {e}")))?;
+    if !is_valid_id(&o.session_id) {
+        return Err(JsError::new(
+            "turnstream: sessionId must be 1 to 128 of [A-Za-z0-9_.:-]",
+        ));
+    }
+    let persistent = match o.storage.as_deref() {
+        None | Some("indexeddb") => true,
+        Some("memory") => false,
+        Some(other) => {
+            return Err(JsError::new(&format!(
+                "turnstream: storage must be \"indexeddb\" or \"memory\", not {other:?}"
+            )))
+        }
+    };
+    let history_limit = o.history_limit.unwrap_or(DEFAULT_HISTORY_LIMIT as u32);
+    if history_limit == 0 || history_limit as usize > MAX_HISTORY_LIMIT {
+        return Err(JsError::new(&format!(
+            "turnstream: historyLimit must be 1 to {MAX_HISTORY_LIMIT}"
+        )));
+    }
+    Ok(Options {
+        base_url: o
+            .base_url
+            .unwrap_or_default()
+            .trim()
+            .trim_end_matches('/')
+            .to_owned(),
+        session_id: o.session_id,
+        persistent,
+        history_limit,
+    })
+}
+
+/// A live, durable view of one chat session.
+#[wasm_bindgen]
+pub struct ChatClient {
+    inner: Rc<Client>,
+}
+
+#[wasm_bindgen]
+impl ChatClient {
+    /// Shows the cached view at once, then loads history and follows the session's stream.
+    /// Resolves once the cache is read; never waits for the network.
+    pub async fn connect(
+        #[wasm_bindgen(unchecked_param_type = "ConnectOptions")] options: JsValue,
+    ) -> Result<ChatClient, JsError> {
+        console_error_panic_hook::set_once();
+        let opts = parse_options(options)?;
+        Ok(ChatClient {
+            inner: Client::connect(opts).await,
+        })
+    }
+
+    /// Calls `listener` with the new state after every change. Returns the unsubscribe function.
+    #[wasm_bindgen(unchecked_return_type = "() => void")]
+    pub fn subscribe(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "(state: ChatState) => void")] listener: Function,
+    ) -> JsValue {
+        self.inner.subscribe(listener)
+    }
+
+    /// The current state; the same object until something changes (safe for
+    /// `useSyncExternalStore`).
+    #[wasm_bindgen(unchecked_return_type = "ChatState")]
+    pub fn state(&self) -> JsValue {
+        self.inner.state()
+    }
+
+    /// Shows the message at once and posts it, now or when the server is reachable again
+    /// (it survives a reload in between). Resolves once the message is stored locally.
+    #[wasm_bindgen(unchecked_return_type = "Promise<SendResult>")]
+    pub fn send(&self, content: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if inner.is_closed() {
+                return Err(js_error("turnstream: the client is closed"));
+            }
+            if content.trim().is_empty() {
+                return Err(js_error("turnstream: a message cannot be empty"));
+            }
+            if content.len() > MAX_CONTENT_BYTES {
+                return Err(js_error(&format!(
+                    "turnstream: a message is at most {MAX_CONTENT_BYTES} bytes"
+                )));
+            }
+            let id = inner.send(content).await;
+            let out = js_sys::Object::new();
+            js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
+            Ok(out.into())
+        })
+    }
+
+    /// Asks the server to cancel a turn; its end arrives through the stream like any other.
+    #[wasm_bindgen(unchecked_return_type = "Promise<CancelResult>")]
+    pub fn cancel(&self, #[wasm_bindgen(js_name = "turnId")] turn_id: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if !is_valid_id(&turn_id) {
+                return Err(js_error("turnstream: not a turn id"));
+            }
+            inner
+                .cancel(&turn_id)
+                .await
+                .map_err(|e| js_error(&format!("turnstream: cancel failed: {e}")))
+        })
+    }
+
+    /// Closes the stream and the tab channel and writes the cache. Never cancels a turn: the
+    /// server finishes it, and the next `connect` shows the result.
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn close(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            inner.close().await;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+}
+
+impl Drop for ChatClient {
+    fn drop(&mut self) {
+        // `free()` from JS: stop the loops, which otherwise keep the client alive.
+        self.inner.shutdown();
+    }
+}
+
+fn js_error(message: &str) -> JsValue {
+    js_sys::Error::new(message).into()
+}

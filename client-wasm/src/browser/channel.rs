@@ -1,0 +1,56 @@
+//! The BroadcastChannel `turnstream:<baseUrl>:<sessionId>` between sibling tabs. Messages are JSON
+//! [`TabMessage`]s; the sender never hears its own, and the receiver merges them by id like any
+//! other source, whatever the server has said meanwhile.
+
+use std::rc::Rc;
+
+use wasm_bindgen::prelude::*;
+use web_sys::{BroadcastChannel, MessageEvent};
+
+use crate::tabs::TabMessage;
+
+pub(crate) struct Channel {
+    channel: BroadcastChannel,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+}
+
+impl Channel {
+    /// `None` where the browser has no BroadcastChannel: tabs then meet only through the server.
+    pub(crate) fn open(
+        base_url: &str,
+        session_id: &str,
+        on: Rc<dyn Fn(TabMessage)>,
+    ) -> Option<Self> {
+        let channel = BroadcastChannel::new(&format!("turnstream:{base_url}:{session_id}")).ok()?;
+        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+            // Anything else on the channel (another SDK version, a stray page) is not ours.
+            if let Some(msg) = e
+                .data()
+                .as_string()
+                .and_then(|s| serde_json::from_str::<TabMessage>(&s).ok())
+            {
+                on(msg);
+            }
+        });
+        channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        Some(Channel {
+            channel,
+            _on_message: on_message,
+        })
+    }
+
+    pub(crate) fn post(&self, msg: &TabMessage) {
+        if let Ok(json) = serde_json::to_string(msg) {
+            // A closed channel (tab unloading) throws; the fact still reaches siblings through
+            // the server or the shared cache.
+            let _ = self.channel.post_message(&JsValue::from_str(&json));
+        }
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        self.channel.set_onmessage(None);
+        self.channel.close();
+    }
+}

@@ -1,0 +1,164 @@
+//! The few things the SDK needs from the JS global scope (window or worker): time, randomness,
+//! `navigator.onLine`, timers that can be woken early, and Web Locks. Looked up on use, never at
+//! import, so loading the package during server-side rendering touches nothing.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::{Function, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_name = setTimeout)]
+    fn set_timeout(handler: &Function, ms: i32) -> JsValue;
+}
+
+pub(crate) fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+/// In `[0, 1)`.
+pub(crate) fn random() -> f64 {
+    js_sys::Math::random()
+}
+
+/// A fresh client_message_id: time-prefixed (readable in logs) with 64 random bits.
+pub(crate) fn new_client_message_id() -> String {
+    let hi = (random() * 4_294_967_296.0) as u64;
+    let lo = (random() * 4_294_967_296.0) as u64;
+    format!("c-{:x}-{:016x}", now_ms(), (hi << 32) | lo)
+}
+
+fn get(target: &JsValue, key: &str) -> Option<JsValue> {
+    Reflect::get(target, &JsValue::from_str(key))
+        .ok()
+        .filter(|v| !v.is_undefined() && !v.is_null())
+}
+
+fn navigator() -> Option<JsValue> {
+    get(&js_sys::global(), "navigator")
+}
+
+/// `navigator.onLine`; true where the browser does not say.
+pub(crate) fn online() -> bool {
+    navigator()
+        .and_then(|n| get(&n, "onLine"))
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true)
+}
+
+/// Timers that a `wake_all` ends early: the retry loops sleep on it, and coming back online or
+/// `close()` wakes them so nobody waits out a 30 s backoff for nothing.
+#[derive(Clone, Default)]
+pub(crate) struct Waker {
+    pending: Rc<RefCell<Vec<Function>>>,
+}
+
+impl Waker {
+    /// Resolves after `ms`, or sooner on `wake_all`.
+    pub(crate) async fn sleep(&self, ms: u32) {
+        let pending = self.pending.clone();
+        let mut mine: Option<Function> = None;
+        let promise = Promise::new(&mut |resolve, _reject| {
+            set_timeout(&resolve, i32::try_from(ms).unwrap_or(i32::MAX));
+            pending.borrow_mut().push(resolve.clone());
+            mine = Some(resolve);
+        });
+        // A timer promise never rejects; either way the caller just re-checks its condition.
+        let _ = JsFuture::from(promise).await;
+        if let Some(mine) = mine {
+            self.pending
+                .borrow_mut()
+                .retain(|f| !js_sys::Object::is(f, &mine));
+        }
+    }
+
+    pub(crate) fn wake_all(&self) {
+        let waiting: Vec<Function> = self.pending.borrow_mut().drain(..).collect();
+        for resolve in waiting {
+            let _ = resolve.call0(&JsValue::UNDEFINED);
+        }
+    }
+}
+
+/// Runs `work` holding the Web Lock `name`, so only one tab of a browser runs it at a time. The
+/// lock is released when `work` ends or the tab dies. Returns false (without running `work`)
+/// where the browser has no Web Locks.
+pub(crate) async fn with_lock<F>(name: &str, work: F) -> bool
+where
+    F: std::future::Future<Output = ()>,
+{
+    let Some(locks) = navigator().and_then(|n| get(&n, "locks")) else {
+        return false;
+    };
+    let Some(request) = get(&locks, "request").and_then(|f| f.dyn_into::<Function>().ok()) else {
+        return false;
+    };
+    // The lock is held until the promise the callback returns settles: that is `release`.
+    let mut release_fn: Option<Function> = None;
+    let release = Promise::new(&mut |resolve, _| release_fn = Some(resolve));
+    let mut granted_fns: Option<(Function, Function)> = None;
+    let granted = Promise::new(&mut |resolve, reject| granted_fns = Some((resolve, reject)));
+    let (Some(release_fn), Some((granted_fn, refused_fn))) = (release_fn, granted_fns) else {
+        return false;
+    };
+    let callback = Closure::once_into_js(move |_lock: JsValue| -> JsValue {
+        let _ = granted_fn.call0(&JsValue::UNDEFINED);
+        release.into()
+    });
+    let Ok(requested) = request.call2(&locks, &JsValue::from_str(name), &callback) else {
+        return false;
+    };
+    let Ok(requested) = requested.dyn_into::<Promise>() else {
+        return false;
+    };
+    // A request refused later (some sandboxed or opaque origins) must not leave us waiting for
+    // a grant that never comes. After a grant, this rejection is a no-op.
+    let refused = Closure::once_into_js(move |e: JsValue| {
+        let _ = refused_fn.call1(&JsValue::UNDEFINED, &e);
+    });
+    // (`Promise::catch` wants a `Closure` we would have to leak; a one-shot JS function is
+    // collected once called or dropped.)
+    let requested = get(&requested, "catch")
+        .and_then(|f| f.dyn_into::<Function>().ok())
+        .and_then(|catch| catch.call1(&requested, &refused).ok())
+        .and_then(|p| p.dyn_into::<Promise>().ok())
+        .unwrap_or(requested);
+    if JsFuture::from(granted).await.is_err() {
+        return false;
+    }
+    work.await;
+    let _ = release_fn.call0(&JsValue::UNDEFINED);
+    let _ = JsFuture::from(requested).await;
+    true
+}
+
+/// Listens to `event` on the global scope until dropped.
+pub(crate) struct GlobalListener {
+    event: &'static str,
+    closure: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+impl GlobalListener {
+    pub(crate) fn new(event: &'static str, f: impl FnMut(web_sys::Event) + 'static) -> Self {
+        let closure = Closure::<dyn FnMut(web_sys::Event)>::new(f);
+        if let Ok(target) = js_sys::global().dyn_into::<web_sys::EventTarget>() {
+            let _ =
+                target.add_event_listener_with_callback(event, closure.as_ref().unchecked_ref());
+        }
+        GlobalListener { event, closure }
+    }
+}
+
+impl Drop for GlobalListener {
+    fn drop(&mut self) {
+        if let Ok(target) = js_sys::global().dyn_into::<web_sys::EventTarget>() {
+            let _ = target.remove_event_listener_with_callback(
+                self.event,
+                self.closure.as_ref().unchecked_ref(),
+            );
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! One `EventSource` on `/api/stream`, turned into signals for the client. Journaled events and the
+//! snapshot go straight to a handler (synchronously, in arrival order); listeners are removed and
+//! the source closed on drop, so a replaced stream can never deliver into the view again.
+
+use std::rc::Rc;
+
+use turnstream_protocol::{
+    Event, ResyncRequired, Snapshot, EVENT_KINDS, RESYNC_EVENT, SNAPSHOT_EVENT,
+};
+use wasm_bindgen::prelude::*;
+use web_sys::{EventSource, MessageEvent};
+
+/// What the stream tells the client.
+pub(crate) enum Signal {
+    /// The response started: we are live.
+    Open,
+    Snapshot(Snapshot),
+    /// A journaled event; `last_event_id` is the browser's resume position after it.
+    Event(Box<Event>, String),
+    /// The server cannot serve our position; the source is already closed.
+    Resync(ResyncRequired),
+    /// The browser is reconnecting by itself (it will send `Last-Event-ID`).
+    Retrying,
+    /// The browser gave up (an HTTP error answer): we must reopen it ourselves.
+    Failed,
+    /// A frame that did not parse (logged, otherwise ignored).
+    Garbled(&'static str),
+}
+
+type Listener = Closure<dyn FnMut(web_sys::Event)>;
+
+pub(crate) struct Stream {
+    source: EventSource,
+    listeners: Vec<(&'static str, Listener)>,
+}
+
+impl Stream {
+    pub(crate) fn open(url: &str, on: Rc<dyn Fn(Signal)>) -> Result<Stream, JsValue> {
+        let source = EventSource::new(url)?;
+        let mut stream = Stream {
+            source,
+            listeners: Vec::new(),
+        };
+
+        let h = on.clone();
+        stream.listen("open", move |_| h(Signal::Open));
+
+        let h = on.clone();
+        stream.listen(SNAPSHOT_EVENT, move |e| {
+            h(
+                match data(&e).and_then(|d| serde_json::from_str::<Snapshot>(&d).ok()) {
+                    Some(s) => Signal::Snapshot(s),
+                    None => Signal::Garbled(SNAPSHOT_EVENT),
+                },
+            )
+        });
+
+        for kind in EVENT_KINDS {
+            let h = on.clone();
+            stream.listen(kind, move |e| {
+                let last = e
+                    .dyn_ref::<MessageEvent>()
+                    .map(|m| m.last_event_id())
+                    .unwrap_or_default();
+                h(
+                    match data(&e).and_then(|d| serde_json::from_str::<Event>(&d).ok()) {
+                        Some(ev) => {
+                            let last = if last.is_empty() { ev.id.clone() } else { last };
+                            Signal::Event(Box::new(ev), last)
+                        }
+                        None => Signal::Garbled(kind),
+                    },
+                )
+            });
+        }
+
+        let h = on.clone();
+        let src = stream.source.clone();
+        stream.listen(RESYNC_EVENT, move |e| {
+            // Close here, inside the handler: otherwise the browser reconnects with the same
+            // dead Last-Event-ID and is told the same thing forever.
+            src.close();
+            h(
+                match data(&e).and_then(|d| serde_json::from_str::<ResyncRequired>(&d).ok()) {
+                    Some(r) => Signal::Resync(r),
+                    None => Signal::Garbled(RESYNC_EVENT),
+                },
+            )
+        });
+
+        let h = on;
+        let src = stream.source.clone();
+        stream.listen("error", move |_| {
+            h(if src.ready_state() == EventSource::CLOSED {
+                Signal::Failed
+            } else {
+                Signal::Retrying
+            })
+        });
+        Ok(stream)
+    }
+
+    fn listen(&mut self, kind: &'static str, f: impl FnMut(web_sys::Event) + 'static) {
+        let closure = Listener::new(f);
+        if self
+            .source
+            .add_event_listener_with_callback(kind, closure.as_ref().unchecked_ref())
+            .is_ok()
+        {
+            self.listeners.push((kind, closure));
+        }
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        self.source.ready_state() == EventSource::OPEN
+    }
+}
+
+fn data(e: &web_sys::Event) -> Option<String> {
+    e.dyn_ref::<MessageEvent>()?.data().as_string()
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.source.close();
+        for (kind, closure) in &self.listeners {
+            let _ = self
+                .source
+                .remove_event_listener_with_callback(kind, closure.as_ref().unchecked_ref());
+        }
+    }
+}

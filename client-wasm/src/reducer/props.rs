@@ -1,0 +1,431 @@
+//! Property tests: for any interleaving, duplication and reordering of the sources that a real
+//! session can produce, the view equals the one built from the canonical ordered stream.
+//!
+//! History carries no thinking, tools or failure reason, so a turn that ended inside a window the
+//! client only learned about from history (before its first history cursor, or across a resync)
+//! has those compared only when some other source (the cache) covered it; everything else must be
+//! equal, including order, keys, statuses and text.
+
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+use turnstream_protocol::{ErrorDetail, ToolStatus};
+
+use super::sim::{self, End, Sender, SimSession, Step, TurnSpec};
+use super::{CacheRecord, Conversation, Role, View};
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        "[a-z ]{1,4}".prop_map(Step::Think),
+        "[a-z ]{1,4}".prop_map(Step::Say),
+        "[a-z ]{1,4}".prop_map(Step::Say),
+        (
+            0u8..3,
+            prop_oneof![
+                Just(ToolStatus::Started),
+                Just(ToolStatus::Progress),
+                Just(ToolStatus::Finished),
+                Just(ToolStatus::Failed)
+            ]
+        )
+            .prop_map(|(c, s)| Step::Tool(c, s)),
+    ]
+}
+
+fn turn() -> impl Strategy<Value = TurnSpec> {
+    (
+        prop_oneof![
+            2 => Just(Sender::Local),
+            2 => Just(Sender::Remote),
+            1 => Just(Sender::Anonymous)
+        ],
+        "[a-z]{1,6}",
+        prop::collection::vec(step(), 0..8),
+        prop_oneof![
+            4 => Just(End::Complete),
+            1 => Just(End::Fail),
+            1 => Just(End::Cancel),
+            1 => Just(End::Interrupt),
+            1 => Just(End::CancelQueued)
+        ],
+    )
+        .prop_map(|(sender, content, steps, end)| TurnSpec {
+            sender,
+            content,
+            steps,
+            end,
+        })
+}
+
+/// Everything one tab can be handed, in the order it is handed them.
+#[derive(Debug, Clone)]
+enum Feed {
+    Cache(CacheRecord),
+    History(i64),
+    Snapshot(i64),
+    Event(usize),
+    /// Our own optimistic send of `sent[i]` (or of an unsent message).
+    Send(String, String, i64),
+    Post(usize),
+    /// A sibling's optimistic bubble and its POST answer, relayed.
+    Relay(usize),
+    RelayPost(usize),
+    Resync,
+}
+
+/// Draws numbers from the test's dice; past the end it keeps answering 0.
+struct Dice<'a>(&'a [u8], usize);
+
+impl Dice<'_> {
+    fn below(&mut self, n: usize) -> usize {
+        let d = self.0.get(self.1).copied().unwrap_or(0);
+        self.1 += 1;
+        if n == 0 {
+            0
+        } else {
+            usize::from(d) % n
+        }
+    }
+
+    /// A position in `[lo, hi]`.
+    fn between(&mut self, lo: i64, hi: i64) -> i64 {
+        if hi <= lo {
+            return lo;
+        }
+        let span = usize::try_from(hi - lo + 1).unwrap_or(1);
+        lo + i64::try_from(self.below(span)).unwrap_or(0)
+    }
+}
+
+struct Plan {
+    feeds: Vec<Feed>,
+    /// Journal head: everything up to here ends up delivered.
+    head: i64,
+    /// Half-open windows `(a, b]` the client crossed by history alone.
+    blind: Vec<(i64, i64)>,
+    cache_upto: Option<i64>,
+    resynced: bool,
+    /// Local messages the server never got: `(client_message_id, content, created_at)`.
+    unsent: Vec<(String, String, i64)>,
+}
+
+fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
+    let mut d = Dice(dice, 0);
+    let seqs: Vec<i64> = s.journal.iter().map(sim::seq_of).collect();
+    let head = if seqs.is_empty() {
+        0
+    } else {
+        seqs[d.below(seqs.len())]
+    };
+    let event_index = |from: i64, to: i64| -> Vec<usize> {
+        (0..seqs.len())
+            .filter(|&i| seqs[i] > from && seqs[i] <= to)
+            .collect()
+    };
+    let mut feeds = Vec::new();
+    let mut blind = Vec::new();
+    let mut resynced = false;
+
+    let c0 = d.between(0, head);
+    feeds.push(Feed::History(c0));
+    blind.push((0, c0));
+    feeds.push(Feed::Snapshot(c0));
+    let mut cur = c0;
+    while cur < head {
+        let drop = d.between(cur + 1, head);
+        feeds.extend(event_index(cur, drop).into_iter().map(Feed::Event));
+        match d.below(4) {
+            // Native EventSource reconnect: Last-Event-ID, no snapshot.
+            0 => cur = drop,
+            // The SDK reopens from the last id it saw, asking for a snapshot.
+            1 => {
+                feeds.push(Feed::Snapshot(drop));
+                cur = drop;
+            }
+            // A reconnect from an older position: everything after it is replayed again.
+            2 => {
+                let back = d.between(0, drop);
+                feeds.push(Feed::Snapshot(back));
+                feeds.extend(event_index(back, drop).into_iter().map(Feed::Event));
+                cur = drop;
+            }
+            // history_resync_required: reload history at a later head, stream from there.
+            _ => {
+                let c1 = d.between(drop, head);
+                feeds.push(Feed::Resync);
+                feeds.push(Feed::History(c1));
+                feeds.push(Feed::Snapshot(c1));
+                blind.push((drop, c1));
+                resynced = true;
+                cur = c1;
+            }
+        }
+    }
+
+    // Messages the server has: our own sends with their POST answers, siblings' relays.
+    for (i, m) in s.sent.iter().enumerate() {
+        if m.seq > head {
+            continue;
+        }
+        match (m.sender, &m.client_message_id) {
+            (Sender::Local, Some(cmid)) => {
+                let at = d.below(feeds.len() + 1);
+                feeds.insert(
+                    at,
+                    Feed::Send(cmid.clone(), m.content.clone(), 10 + i as i64),
+                );
+                let post_at = at + 1 + d.below(feeds.len() - at);
+                feeds.insert(post_at, Feed::Post(i));
+            }
+            (Sender::Remote, Some(_)) => {
+                if d.below(2) == 0 {
+                    let at = d.below(feeds.len() + 1);
+                    feeds.insert(at, Feed::Relay(i));
+                }
+                if d.below(2) == 0 {
+                    let at = d.below(feeds.len() + 1);
+                    feeds.insert(at, Feed::RelayPost(i));
+                }
+            }
+            _ => {}
+        }
+    }
+    // Messages still in our outbox (the server never got them, or not yet).
+    let mut never = Vec::new();
+    for (j, (cmid, content)) in s
+        .sent
+        .iter()
+        .filter(|m| m.seq > head && m.sender == Sender::Local)
+        .map(|m| {
+            (
+                m.client_message_id.clone().unwrap_or_default(),
+                m.content.clone(),
+            )
+        })
+        .chain((0..unsent).map(|j| (format!("u{j}"), format!("later {j}"))))
+        .enumerate()
+    {
+        never.push((cmid, content, 100 + j as i64));
+    }
+    for (cmid, content, at_ms) in &never {
+        let at = d.below(feeds.len() + 1);
+        feeds.insert(at, Feed::Send(cmid.clone(), content.clone(), *at_ms));
+    }
+
+    // A cache written by an earlier page load or a sibling tab, merged at any moment.
+    let mut cache_upto = None;
+    if d.below(2) == 0 {
+        let p0 = d.between(0, head);
+        let mut prev = Conversation::new(sim::SESSION);
+        for e in s.until(p0) {
+            prev.apply_event(e);
+        }
+        let at = d.below(feeds.len() + 1);
+        feeds.insert(at, Feed::Cache(prev.to_cache()));
+        cache_upto = Some(p0);
+    }
+    Plan {
+        feeds,
+        head,
+        blind,
+        cache_upto,
+        resynced,
+        unsent: never,
+    }
+}
+
+fn run(s: &SimSession, feeds: &[Feed], check_revision: bool) -> Conversation {
+    let mut c = Conversation::new(sim::SESSION);
+    for f in feeds {
+        let before = check_revision.then(|| (c.revision(), c.view()));
+        let changed = match f {
+            Feed::Cache(rec) => c.apply_cache(rec),
+            Feed::History(at) => c.apply_history(&s.history_at(*at)),
+            Feed::Snapshot(at) => c.apply_snapshot(&s.snapshot_at(*at)),
+            Feed::Event(i) => c.apply_event(&s.journal[*i]),
+            Feed::Send(cmid, content, at) => c.send_local(cmid, content, *at),
+            Feed::Post(i) | Feed::RelayPost(i) => c.apply_post_response(&s.sent[*i].response),
+            Feed::Relay(i) => {
+                let m = &s.sent[*i];
+                c.apply_optimistic(
+                    m.client_message_id.as_deref().unwrap_or_default(),
+                    &m.content,
+                    10 + *i as i64,
+                )
+            }
+            Feed::Resync => c.mark_gap(),
+        };
+        if let Some((rev, view)) = before {
+            // The glue trusts `revision`: an unchanged revision must mean an unchanged view.
+            assert_eq!(
+                changed,
+                c.revision() != rev,
+                "revision disagrees with {f:?}"
+            );
+            if !changed {
+                assert_eq!(
+                    view,
+                    c.view(),
+                    "view changed without a revision after {f:?}"
+                );
+            }
+        }
+    }
+    c
+}
+
+/// The view of a client that heard the whole journal in order and sent what it sent.
+fn canonical(s: &SimSession, p: &Plan) -> View {
+    let mut c = Conversation::new(sim::SESSION);
+    for e in s.until(p.head) {
+        c.apply_event(e);
+    }
+    for (cmid, content, at) in &p.unsent {
+        c.send_local(cmid, content, *at);
+    }
+    c.mark_gap();
+    let mut v = c.view();
+    v.gap = p.resynced;
+    v
+}
+
+/// Turns whose thinking/tools/error no source could have carried to the client under test.
+fn unknowable(s: &SimSession, p: &Plan) -> BTreeSet<String> {
+    s.sent
+        .iter()
+        .filter_map(|m| {
+            let end = s.end_seq(&m.turn_id, p.head)?;
+            let cached = p.cache_upto.is_some_and(|c| end <= c);
+            let blind = p.blind.iter().any(|&(a, b)| end > a && end <= b);
+            (blind && !cached).then(|| m.turn_id.clone())
+        })
+        .collect()
+}
+
+fn strip(v: &mut View, turns: &BTreeSet<String>) {
+    for e in &mut v.messages {
+        if e.role == Role::Assistant && e.turn_id.as_ref().is_some_and(|t| turns.contains(t)) {
+            e.thinking.clear();
+            e.tools.clear();
+            e.error = None;
+        }
+    }
+}
+
+/// The canonical view itself is what a chat should show: one bubble per message and per turn,
+/// in journal order, each reply right after the message that started its turn.
+fn assert_well_formed(s: &SimSession, p: &Plan, v: &View) {
+    let keys: BTreeSet<&str> = v.messages.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys.len(), v.messages.len(), "duplicate bubble");
+    let journaled: Vec<&sim::Sent> = s.sent.iter().filter(|m| m.seq <= p.head).collect();
+    let mut expected_keys = Vec::new();
+    for m in &journaled {
+        expected_keys.push(
+            m.client_message_id
+                .clone()
+                .unwrap_or_else(|| m.response.message_id.clone()),
+        );
+        expected_keys.push(format!("turn:{}", m.turn_id));
+    }
+    expected_keys.extend(p.unsent.iter().map(|u| u.0.clone()));
+    let got: Vec<String> = v.messages.iter().map(|e| e.key.clone()).collect();
+    assert_eq!(got, expected_keys);
+    let open = journaled
+        .iter()
+        .any(|m| s.end_seq(&m.turn_id, p.head).is_none());
+    assert_eq!(v.busy, open);
+}
+
+/// 400 cases by default (a second); `PROPTEST_CASES=N` asks for more.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    #[test]
+    fn any_delivery_order_gives_the_canonical_view(
+        turns in prop::collection::vec(turn(), 1..6),
+        choices in prop::collection::vec(any::<u8>(), 0..80),
+        skips in prop::collection::vec(any::<u8>(), 0..80),
+        dice in prop::collection::vec(any::<u8>(), 0..64),
+        unsent in 0usize..3,
+    ) {
+        let s = sim::build(&turns, &choices, &skips);
+        let p = plan(&s, &dice, unsent);
+        let mut expected = canonical(&s, &p);
+        assert_well_formed(&s, &p, &expected);
+
+        let mut got = run(&s, &p.feeds, true).view();
+        let hidden = unknowable(&s, &p);
+        strip(&mut expected, &hidden);
+        strip(&mut got, &hidden);
+        prop_assert_eq!(&got, &expected);
+
+        // Hearing everything twice (a sibling's relays, replays after reconnects) changes nothing.
+        let twice: Vec<Feed> = p.feeds.iter().chain(p.feeds.iter()).cloned().collect();
+        let mut again = run(&s, &twice, false).view();
+        strip(&mut again, &hidden);
+        prop_assert_eq!(&again, &expected);
+    }
+
+    /// A tab that reloads in the middle of it all, with its cache, ends where one that never
+    /// reloaded ends: the cache round-trips through JSON and joins like any other source.
+    #[test]
+    fn a_reload_with_the_cache_loses_nothing(
+        turns in prop::collection::vec(turn(), 1..5),
+        choices in prop::collection::vec(any::<u8>(), 0..60),
+        skips in prop::collection::vec(any::<u8>(), 0..60),
+        dice in prop::collection::vec(any::<u8>(), 0..64),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let s = sim::build(&turns, &choices, &skips);
+        let p = plan(&s, &dice, 1);
+        let expected = run(&s, &p.feeds, false).view();
+        let at = cut.index(p.feeds.len() + 1);
+        let first = run(&s, &p.feeds[..at], false);
+        let json = serde_json::to_string(&first.to_cache()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let rec: CacheRecord = serde_json::from_str(&json).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut rest = vec![Feed::Cache(rec)];
+        // The reloaded page starts over: history, snapshot and stream from a fresh cursor.
+        rest.push(Feed::History(p.head));
+        rest.push(Feed::Snapshot(p.head));
+        rest.extend(p.feeds[at..].iter().filter(|f| matches!(f, Feed::Send(..) | Feed::Post(_) | Feed::Relay(_) | Feed::RelayPost(_))).cloned());
+        let mut second = run(&s, &rest, false);
+        if p.resynced { second.mark_gap(); }
+        let mut got = second.view();
+        let mut want = expected;
+        // A reload crosses (cut, head] by history alone: telemetry of turns ended in there is
+        // only as good as what the first page saw.
+        let hidden: BTreeSet<String> = s.sent.iter().map(|m| m.turn_id.clone()).collect();
+        strip(&mut got, &hidden);
+        strip(&mut want, &hidden);
+        prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn rejected_sends_are_kept_and_a_server_copy_wins() {
+    let mut c = Conversation::new(sim::SESSION);
+    c.send_local("c1", "hi", 5);
+    c.reject(
+        "c1",
+        &ErrorDetail {
+            code: "too_large".into(),
+            message: "no".into(),
+        },
+    );
+    assert_eq!(
+        c.view().messages[0].status,
+        super::EntryStatus::Rejected,
+        "a 4xx makes the bubble rejected"
+    );
+    assert!(
+        c.outbox().is_empty(),
+        "a rejected message is not posted again"
+    );
+}

@@ -1,0 +1,321 @@
+//! A simulated server for the reducer's tests: builds a session's journal the way the real server
+//! does (messages accepted at any time, turns run one at a time FIFO, a queued turn may be
+//! cancelled early, other sessions' events leave holes in the sequence) and derives from it what
+//! each source would hand a client: history at a cursor, the snapshot at a cursor, POST responses.
+
+use turnstream_protocol::{
+    ActiveTurn, Event, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
+    Role, Snapshot, ToolCall, ToolStatus, TurnState,
+};
+
+pub const SESSION: &str = "s1";
+pub const EPOCH: &str = "ep1";
+
+/// Who sent a user message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sender {
+    /// This tab: it shows the message optimistically and receives the POST response.
+    Local,
+    /// Another tab (relays its optimistic bubble) or device, with a client_message_id.
+    Remote,
+    /// A client that sends no client_message_id.
+    Anonymous,
+}
+
+#[derive(Debug, Clone)]
+pub enum Step {
+    Think(String),
+    Say(String),
+    /// A call (index within the turn) moves to a status.
+    Tool(u8, ToolStatus),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Complete,
+    Fail,
+    Cancel,
+    Interrupt,
+    /// Cancelled while still queued (may end before earlier turns do).
+    CancelQueued,
+}
+
+#[derive(Debug, Clone)]
+pub struct TurnSpec {
+    pub sender: Sender,
+    pub content: String,
+    pub steps: Vec<Step>,
+    pub end: End,
+}
+
+/// One user message of the session and where the journal put it.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub sender: Sender,
+    pub client_message_id: Option<String>,
+    pub content: String,
+    pub turn_id: String,
+    /// Sequence of its `message_received`.
+    pub seq: i64,
+    pub response: PostMessageResponse,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimSession {
+    pub journal: Vec<Event>,
+    pub sent: Vec<Sent>,
+}
+
+pub fn cursor(seq: i64) -> String {
+    format!("{EPOCH}-{seq}")
+}
+
+/// Builds the journal. `choices` decides, at each point, whether the next thing to happen is a
+/// new message arriving or the runner moving on; `skips` leaves holes (other sessions' events).
+pub fn build(turns: &[TurnSpec], choices: &[u8], skips: &[u8]) -> SimSession {
+    let mut b = Builder {
+        journal: Vec::new(),
+        seq: 0,
+        skips: skips.to_vec(),
+        skip_at: 0,
+        sent: Vec::new(),
+    };
+    // The runner's script per turn: its events after turn_queued.
+    let mut arrived = 0usize;
+    let mut queue: Vec<usize> = Vec::new(); // FIFO of arrived, not yet run turns
+    let mut running: Option<(usize, usize)> = None; // (turn, next step index)
+    let mut cancels: Vec<usize> = Vec::new();
+    let mut text: Vec<String> = vec![String::new(); turns.len()];
+    let mut choice_at = 0usize;
+    loop {
+        let can_arrive = arrived < turns.len();
+        let can_run = running.is_some() || !queue.is_empty() || !cancels.is_empty();
+        if !can_arrive && !can_run {
+            break;
+        }
+        let pick = choices.get(choice_at).copied().unwrap_or(0);
+        choice_at += 1;
+        if can_arrive && (!can_run || pick % 3 == 0) {
+            let k = arrived;
+            arrived += 1;
+            b.arrive(k, &turns[k]);
+            if turns[k].end == End::CancelQueued {
+                cancels.push(k);
+            } else {
+                queue.push(k);
+            }
+            continue;
+        }
+        if !cancels.is_empty() && pick % 5 == 1 {
+            let k = cancels.remove(0);
+            b.end(k, TurnState::Cancelled, "", None);
+            continue;
+        }
+        match running {
+            None if !queue.is_empty() => {
+                let k = queue.remove(0);
+                b.turn_event(k, EventBody::TurnStarted {});
+                running = Some((k, 0));
+            }
+            None => {
+                let k = cancels.remove(0);
+                b.end(k, TurnState::Cancelled, "", None);
+            }
+            Some((k, i)) if i < turns[k].steps.len() => {
+                let body = match &turns[k].steps[i] {
+                    Step::Think(d) => EventBody::Thinking { delta: d.clone() },
+                    Step::Say(d) => {
+                        text[k].push_str(d);
+                        EventBody::ResponseDelta { delta: d.clone() }
+                    }
+                    Step::Tool(c, status) => EventBody::Tool(ToolCall {
+                        call_id: format!("t{k}c{c}"),
+                        name: if *status == ToolStatus::Started {
+                            format!("tool{c}")
+                        } else {
+                            String::new()
+                        },
+                        status: *status,
+                        input_preview: (*status == ToolStatus::Started).then(|| format!("in{c}")),
+                        output_preview: matches!(status, ToolStatus::Finished | ToolStatus::Failed)
+                            .then(|| format!("out{c}")),
+                    }),
+                };
+                b.turn_event(k, body);
+                running = Some((k, i + 1));
+            }
+            Some((k, _)) => {
+                let (state, error) = match turns[k].end {
+                    End::Complete | End::CancelQueued => (TurnState::Completed, None),
+                    End::Fail => (TurnState::Failed, Some("model error".to_owned())),
+                    End::Cancel => (TurnState::Cancelled, None),
+                    End::Interrupt => (TurnState::Interrupted, None),
+                };
+                let t = text[k].clone();
+                b.end(k, state, &t, error);
+                running = None;
+            }
+        }
+    }
+    SimSession {
+        journal: b.journal,
+        sent: b.sent,
+    }
+}
+
+struct Builder {
+    journal: Vec<Event>,
+    seq: i64,
+    skips: Vec<u8>,
+    skip_at: usize,
+    sent: Vec<Sent>,
+}
+
+impl Builder {
+    fn next_seq(&mut self) -> i64 {
+        let skip = self.skips.get(self.skip_at).copied().unwrap_or(0) % 3;
+        self.skip_at += 1;
+        self.seq += 1 + i64::from(skip);
+        self.seq
+    }
+
+    fn push(&mut self, seq: i64, turn_id: Option<String>, body: EventBody) {
+        self.journal.push(Event {
+            id: cursor(seq),
+            session_id: SESSION.to_owned(),
+            ts: 1_000 + seq,
+            turn_id,
+            body,
+            truncated: vec![],
+        });
+    }
+
+    fn arrive(&mut self, k: usize, spec: &TurnSpec) {
+        let seq = self.next_seq();
+        let client_message_id = match spec.sender {
+            Sender::Local => Some(format!("c{k}")),
+            Sender::Remote => Some(format!("x{k}")),
+            Sender::Anonymous => None,
+        };
+        let turn_id = format!("t{k}");
+        let message = Message {
+            message_id: format!("m{k}"),
+            client_message_id: client_message_id.clone(),
+            role: Role::User,
+            content: spec.content.clone(),
+            status: MessageStatus::Complete,
+            turn_id: Some(turn_id.clone()),
+            created_at: 1_000 + seq,
+            event_id: cursor(seq),
+        };
+        self.push(
+            seq,
+            Some(turn_id.clone()),
+            EventBody::MessageReceived { message },
+        );
+        // Accepting a message journals both in one transaction: nothing comes between them.
+        self.seq += 1;
+        self.push(self.seq, Some(turn_id.clone()), EventBody::TurnQueued {});
+        self.sent.push(Sent {
+            sender: spec.sender,
+            client_message_id: client_message_id.clone(),
+            content: spec.content.clone(),
+            turn_id: turn_id.clone(),
+            seq,
+            response: PostMessageResponse {
+                message_id: format!("m{k}"),
+                client_message_id,
+                turn_id,
+                event_id: cursor(seq),
+            },
+        });
+    }
+
+    fn turn_event(&mut self, k: usize, body: EventBody) {
+        let seq = self.next_seq();
+        self.push(seq, Some(format!("t{k}")), body);
+    }
+
+    fn end(&mut self, k: usize, state: TurnState, text: &str, error: Option<String>) {
+        let seq = self.next_seq();
+        let message = Message {
+            message_id: format!("a{k}"),
+            client_message_id: None,
+            role: Role::Assistant,
+            content: text.to_owned(),
+            status: MessageStatus::for_terminal(state),
+            turn_id: Some(format!("t{k}")),
+            created_at: 1_000 + seq,
+            event_id: cursor(seq),
+        };
+        self.push(
+            seq,
+            Some(format!("t{k}")),
+            EventBody::TurnEnded {
+                state,
+                message: Some(message),
+                error,
+            },
+        );
+    }
+}
+
+pub fn seq_of(e: &Event) -> i64 {
+    turnstream_protocol::cursor::sequence_of(&e.id).unwrap_or(i64::MAX)
+}
+
+impl SimSession {
+    /// The journal as far as `upto` (the part that exists at that moment).
+    pub fn until(&self, upto: i64) -> impl Iterator<Item = &Event> {
+        self.journal.iter().filter(move |e| seq_of(e) <= upto)
+    }
+
+    /// `GET /history` taken when the journal head was `c`.
+    pub fn history_at(&self, c: i64) -> HistoryResponse {
+        let messages = self
+            .until(c)
+            .filter_map(|e| match &e.body {
+                EventBody::MessageReceived { message } => Some(message.clone()),
+                EventBody::TurnEnded {
+                    message: Some(m), ..
+                } => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        HistoryResponse {
+            session_id: SESSION.to_owned(),
+            messages,
+            cursor: cursor(c),
+            has_more: false,
+        }
+    }
+
+    /// The `snapshot` frame of a stream opened at `c`.
+    pub fn snapshot_at(&self, c: i64) -> Snapshot {
+        let mut active: Vec<ActiveTurn> = Vec::new();
+        for e in self.until(c) {
+            let Some(t) = &e.turn_id else { continue };
+            match &e.body {
+                EventBody::TurnQueued {} => active.push(ActiveTurn::new(t.clone(), SESSION)),
+                EventBody::TurnEnded { .. } => active.retain(|a| &a.turn_id != t),
+                body => {
+                    if let Some(a) = active.iter_mut().find(|a| &a.turn_id == t) {
+                        a.apply(body);
+                    }
+                }
+            }
+        }
+        Snapshot {
+            cursor: cursor(c),
+            active_turns: active,
+        }
+    }
+
+    /// Sequence at which a turn ended, if it did by `upto`.
+    pub fn end_seq(&self, turn_id: &str, upto: i64) -> Option<i64> {
+        self.until(upto).find_map(|e| match &e.body {
+            EventBody::TurnEnded { .. } if e.turn_id.as_deref() == Some(turn_id) => Some(seq_of(e)),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,542 @@
+//! Unit tests of the reducer: one behaviour each, on hand-written events.
+
+use turnstream_protocol::{
+    ActiveTurn, ErrorDetail, Event, EventBody, HistoryResponse, Message, MessageStatus,
+    PostMessageResponse, Role as WireRole, Snapshot, Truncation, TurnInfo, TurnState,
+};
+
+use super::{CacheRecord, Connection, Conversation, EntryStatus, Role};
+use crate::tabs::TabMessage;
+
+const S: &str = "s1";
+
+fn ev(seq: i64, turn: &str, body: EventBody) -> Event {
+    Event {
+        id: format!("e1-{seq}"),
+        session_id: S.into(),
+        ts: seq,
+        turn_id: Some(turn.into()),
+        body,
+        truncated: vec![],
+    }
+}
+
+fn user_msg(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Message {
+    Message {
+        message_id: format!("m{n}"),
+        client_message_id: cmid.map(Into::into),
+        role: WireRole::User,
+        content: content.into(),
+        status: MessageStatus::Complete,
+        turn_id: Some(format!("t{n}")),
+        created_at: 1000 + seq,
+        event_id: format!("e1-{seq}"),
+    }
+}
+
+fn reply(seq: i64, n: u32, status: MessageStatus, content: &str) -> Message {
+    Message {
+        message_id: format!("a{n}"),
+        client_message_id: None,
+        role: WireRole::Assistant,
+        content: content.into(),
+        status,
+        turn_id: Some(format!("t{n}")),
+        created_at: 1000 + seq,
+        event_id: format!("e1-{seq}"),
+    }
+}
+
+fn received(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Event {
+    ev(
+        seq,
+        &format!("t{n}"),
+        EventBody::MessageReceived {
+            message: user_msg(seq, n, cmid, content),
+        },
+    )
+}
+
+fn delta(seq: i64, n: u32, d: &str) -> Event {
+    ev(
+        seq,
+        &format!("t{n}"),
+        EventBody::ResponseDelta { delta: d.into() },
+    )
+}
+
+fn ended(seq: i64, n: u32, state: TurnState, content: &str) -> Event {
+    ev(
+        seq,
+        &format!("t{n}"),
+        EventBody::TurnEnded {
+            state,
+            message: Some(reply(seq, n, MessageStatus::for_terminal(state), content)),
+            error: None,
+        },
+    )
+}
+
+fn history(cursor: &str, messages: Vec<Message>) -> HistoryResponse {
+    HistoryResponse {
+        session_id: S.into(),
+        messages,
+        cursor: cursor.into(),
+        has_more: false,
+    }
+}
+
+fn info(n: u32, state: TurnState, text: &str, message: Option<Message>) -> TurnInfo {
+    TurnInfo {
+        turn_id: format!("t{n}"),
+        session_id: S.into(),
+        state,
+        created_at: 1,
+        started_at: Some(2),
+        ended_at: state.is_terminal().then_some(3),
+        text: text.into(),
+        thinking: "pondered".into(),
+        tools: vec![],
+        message,
+        error: None,
+    }
+}
+
+fn statuses(c: &Conversation) -> Vec<(String, EntryStatus)> {
+    c.view()
+        .messages
+        .into_iter()
+        .map(|e| (e.key, e.status))
+        .collect()
+}
+
+#[test]
+fn optimistic_bubble_becomes_the_server_message_once() {
+    let mut c = Conversation::new(S);
+    c.send_local("c1", "hello", 5);
+    assert_eq!(statuses(&c), vec![("c1".into(), EntryStatus::Sending)]);
+    assert!(!c.view().busy, "no turn exists before the server accepts");
+
+    // The stream is faster than the POST answer here; the answer then changes nothing visible.
+    c.apply_event(&received(10, 1, Some("c1"), "hello"));
+    c.apply_post_response(&PostMessageResponse {
+        message_id: "m1".into(),
+        client_message_id: Some("c1".into()),
+        turn_id: "t1".into(),
+        event_id: "e1-10".into(),
+    });
+    let v = c.view();
+    assert_eq!(
+        statuses(&c),
+        vec![
+            ("c1".into(), EntryStatus::Sent),
+            ("turn:t1".into(), EntryStatus::Queued)
+        ]
+    );
+    assert_eq!(v.messages[0].message_id.as_deref(), Some("m1"));
+    assert_eq!(
+        v.messages[0].created_at,
+        Some(1010),
+        "the server's clock wins"
+    );
+    assert!(v.busy);
+}
+
+#[test]
+fn post_answer_first_places_the_bubble_and_its_reply() {
+    let mut c = Conversation::new(S);
+    c.apply_history(&history("e1-3", vec![user_msg(2, 0, None, "old")]));
+    c.send_local("c1", "new", 5);
+    c.apply_post_response(&PostMessageResponse {
+        message_id: "m1".into(),
+        client_message_id: Some("c1".into()),
+        turn_id: "t1".into(),
+        event_id: "e1-10".into(),
+    });
+    assert_eq!(
+        statuses(&c),
+        vec![
+            ("m0".into(), EntryStatus::Sent),
+            ("turn:t0".into(), EntryStatus::Queued),
+            ("c1".into(), EntryStatus::Sent),
+            ("turn:t1".into(), EntryStatus::Queued),
+        ]
+    );
+}
+
+#[test]
+fn a_message_from_another_tab_is_shown_not_filtered() {
+    let mut c = Conversation::new(S);
+    c.send_local("mine", "a", 5);
+    c.apply_event(&received(10, 1, Some("theirs"), "from the phone"));
+    let v = c.view();
+    assert_eq!(v.messages.len(), 3);
+    assert_eq!(v.messages[0].key, "theirs");
+    assert_eq!(v.messages[0].content, "from the phone");
+    assert_eq!(v.messages[2].key, "mine", "unsent messages stay last");
+}
+
+#[test]
+fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(10, 1, Some("x1"), "hi"));
+    let before = c.view();
+    let relay = TabMessage::Optimistic {
+        session_id: S.into(),
+        client_message_id: "x1".into(),
+        content: "hi".into(),
+        created_at: 1,
+    };
+    assert!(!relay.apply(&mut c));
+    assert_eq!(c.view(), before);
+    let other_session = TabMessage::Optimistic {
+        session_id: "elsewhere".into(),
+        client_message_id: "y".into(),
+        content: "no".into(),
+        created_at: 1,
+    };
+    assert!(!other_session.apply(&mut c));
+}
+
+#[test]
+fn rejection_is_final_unless_the_server_has_the_message() {
+    let mut c = Conversation::new(S);
+    c.send_local("c1", "x", 5);
+    let err = ErrorDetail {
+        code: "content_too_large".into(),
+        message: "too big".into(),
+    };
+    assert!(c.reject("c1", &err));
+    let v = c.view();
+    assert_eq!(v.messages[0].status, EntryStatus::Rejected);
+    assert_eq!(
+        v.messages[0].error.as_ref().map(|e| e.code.as_str()),
+        Some("content_too_large")
+    );
+    assert!(c.outbox().is_empty());
+    // A sibling that did get it through: the journal is the truth.
+    c.apply_event(&received(10, 1, Some("c1"), "x"));
+    assert_eq!(c.view().messages[0].status, EntryStatus::Sent);
+    assert_eq!(c.view().messages[0].error, None);
+    assert!(!c.reject("c1", &err), "a sent message cannot be rejected");
+}
+
+#[test]
+fn outbox_is_in_send_order() {
+    let mut c = Conversation::new(S);
+    c.send_local("b", "second", 7);
+    c.send_local("a", "first", 5);
+    c.send_local("c", "third", 7);
+    let ids: Vec<String> = c.outbox().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(ids, vec!["a", "b", "c"]);
+    assert!(c.is_sending("a"));
+}
+
+#[test]
+fn stream_folds_a_turn_and_ignores_duplicates() {
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(1, 1, None, "q"));
+    c.apply_event(&ev(3, "t1", EventBody::TurnStarted {}));
+    c.apply_event(&delta(4, 1, "Hel"));
+    c.apply_event(&delta(4, 1, "Hel"));
+    c.apply_event(&delta(5, 1, "lo"));
+    let v = c.view();
+    assert_eq!(v.messages[1].status, EntryStatus::Streaming);
+    assert_eq!(v.messages[1].content, "Hello");
+    c.apply_event(&ended(6, 1, TurnState::Completed, "Hello"));
+    c.apply_event(&delta(5, 1, "lo"));
+    let v = c.view();
+    assert_eq!(v.messages[1].status, EntryStatus::Complete);
+    assert_eq!(v.messages[1].content, "Hello");
+    assert_eq!(v.messages[1].message_id.as_deref(), Some("a1"));
+    assert!(!v.busy);
+}
+
+#[test]
+fn a_snapshot_newer_than_what_we_folded_replaces_it() {
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(1, 1, None, "q"));
+    c.apply_event(&delta(4, 1, "He"));
+    let mut turn = ActiveTurn::new("t1", S);
+    turn.state = TurnState::Running;
+    turn.text = "Hello".into();
+    let snap = |cursor: &str| Snapshot {
+        cursor: cursor.into(),
+        active_turns: vec![turn.clone()],
+    };
+    c.apply_snapshot(&snap("e1-3"));
+    assert_eq!(
+        c.view().messages[1].content,
+        "He",
+        "an older snapshot is ignored"
+    );
+    c.apply_snapshot(&snap("e1-9"));
+    assert_eq!(c.view().messages[1].content, "Hello");
+    c.apply_event(&delta(8, 1, "dup"));
+    c.apply_event(&delta(10, 1, "!"));
+    assert_eq!(c.view().messages[1].content, "Hello!");
+}
+
+#[test]
+fn a_truncated_final_reply_is_completed_by_history() {
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(1, 1, None, "q"));
+    let mut end = ended(5, 1, TurnState::Completed, "long…");
+    end.truncated = vec![Truncation {
+        field: "message.content".into(),
+        original_size: 999,
+    }];
+    c.apply_event(&end);
+    assert_eq!(c.view().messages[1].content, "long…");
+    c.apply_history(&history(
+        "e1-5",
+        vec![
+            user_msg(1, 1, None, "q"),
+            reply(5, 1, MessageStatus::Complete, "long and whole"),
+        ],
+    ));
+    assert_eq!(c.view().messages[1].content, "long and whole");
+
+    // With the deltas folded, the accumulated text is the whole reply already.
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(1, 1, None, "q"));
+    c.apply_event(&delta(2, 1, "long and "));
+    c.apply_event(&delta(3, 1, "whole"));
+    let mut end = ended(5, 1, TurnState::Completed, "long…");
+    end.truncated = vec![Truncation {
+        field: "message.content".into(),
+        original_size: 999,
+    }];
+    c.apply_event(&end);
+    assert_eq!(c.view().messages[1].content, "long and whole");
+}
+
+#[test]
+fn a_failed_turn_keeps_its_reason() {
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(1, 1, None, "q"));
+    c.apply_event(&delta(2, 1, "par"));
+    c.apply_event(&ev(
+        3,
+        "t1",
+        EventBody::TurnEnded {
+            state: TurnState::Failed,
+            message: None,
+            error: Some("model down".into()),
+        },
+    ));
+    let e = &c.view().messages[1];
+    assert_eq!(e.status, EntryStatus::Failed);
+    assert_eq!(e.content, "par", "without the message, the text so far");
+    assert_eq!(
+        e.error.as_ref().map(|x| x.message.as_str()),
+        Some("model down")
+    );
+    // History's copy (no reason on the wire) upgrades the reply but keeps the reason.
+    c.apply_history(&history(
+        "e1-3",
+        vec![
+            user_msg(1, 1, None, "q"),
+            reply(3, 1, MessageStatus::Failed, "par"),
+        ],
+    ));
+    let e = &c.view().messages[1];
+    assert_eq!(e.message_id.as_deref(), Some("a1"));
+    assert!(e.error.is_some());
+}
+
+fn cached_mid_turn() -> CacheRecord {
+    let mut prev = Conversation::new(S);
+    prev.apply_event(&received(1, 1, Some("c1"), "q"));
+    prev.apply_event(&ev(2, "t1", EventBody::TurnStarted {}));
+    prev.apply_event(&delta(3, 1, "partial"));
+    prev.to_cache()
+}
+
+#[test]
+fn recovery_completes_a_cached_turn_from_its_status() {
+    let mut c = Conversation::new(S);
+    c.apply_cache(&cached_mid_turn());
+    assert_eq!(c.view().messages[1].status, EntryStatus::Streaming);
+    assert_eq!(c.take_turns_to_check(), vec!["t1".to_owned()]);
+    assert!(c.take_turns_to_check().is_empty(), "handed out once");
+
+    let done = info(
+        1,
+        TurnState::Completed,
+        "partial and done",
+        Some(reply(9, 1, MessageStatus::Complete, "partial and done")),
+    );
+    assert!(c.apply_turn_info("t1", Some(&done)));
+    let e = &c.view().messages[1];
+    assert_eq!(e.status, EntryStatus::Complete);
+    assert_eq!(e.content, "partial and done");
+    assert_eq!(e.thinking, "pondered", "the status carries the whole turn");
+    assert!(e.recovered);
+    assert!(!c.view().gap);
+    assert!(!c.view().busy);
+}
+
+#[test]
+fn recovery_of_a_lost_turn_ends_it_interrupted_and_says_so() {
+    let mut c = Conversation::new(S);
+    c.apply_cache(&cached_mid_turn());
+    c.take_turns_to_check();
+    assert!(c.apply_turn_info("t1", None));
+    let v = c.view();
+    assert_eq!(v.messages[1].status, EntryStatus::Interrupted);
+    assert_eq!(v.messages[1].content, "partial");
+    assert!(v.messages[1].recovered);
+    assert!(v.gap);
+    assert!(!v.busy, "no bubble spins forever");
+    // If the server turns out to have the reply after all, its copy wins.
+    c.apply_history(&history(
+        "e1-9",
+        vec![
+            user_msg(1, 1, Some("c1"), "q"),
+            reply(9, 1, MessageStatus::Complete, "real"),
+        ],
+    ));
+    assert_eq!(c.view().messages[1].status, EntryStatus::Complete);
+}
+
+#[test]
+fn a_running_status_leaves_the_turn_to_the_stream() {
+    let mut c = Conversation::new(S);
+    c.apply_cache(&cached_mid_turn());
+    c.take_turns_to_check();
+    assert!(!c.apply_turn_info(
+        "t1",
+        Some(&info(1, TurnState::Running, "partial more", None))
+    ));
+    assert_eq!(c.view().messages[1].content, "partial");
+    assert!(!c.view().messages[1].recovered);
+    c.apply_event(&delta(4, 1, " more"));
+    assert_eq!(c.view().messages[1].content, "partial more");
+}
+
+#[test]
+fn a_failed_check_is_handed_out_again() {
+    let mut c = Conversation::new(S);
+    c.apply_cache(&cached_mid_turn());
+    assert_eq!(c.take_turns_to_check().len(), 1);
+    c.check_failed("t1");
+    assert_eq!(c.take_turns_to_check(), vec!["t1".to_owned()]);
+}
+
+#[test]
+fn a_turn_missing_from_a_later_snapshot_is_checked() {
+    let mut c = Conversation::new(S);
+    c.apply_history(&history("e1-2", vec![user_msg(1, 1, None, "q")]));
+    // The history page said t1 was open; a snapshot at a later cursor does not list it.
+    c.apply_snapshot(&Snapshot {
+        cursor: "e1-20".into(),
+        active_turns: vec![],
+    });
+    assert_eq!(c.take_turns_to_check(), vec!["t1".to_owned()]);
+    c.apply_turn_info("t1", Some(&info(1, TurnState::Completed, "", None)));
+    // A turn introduced after the snapshot's cursor is not suspicious.
+    c.apply_post_response(&PostMessageResponse {
+        message_id: "m2".into(),
+        client_message_id: None,
+        turn_id: "t2".into(),
+        event_id: "e1-30".into(),
+    });
+    c.apply_snapshot(&Snapshot {
+        cursor: "e1-25".into(),
+        active_turns: vec![],
+    });
+    assert!(c.take_turns_to_check().is_empty());
+}
+
+#[test]
+fn a_new_journal_drops_the_old_one_but_keeps_the_outbox() {
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(1, 1, Some("c1"), "old"));
+    c.send_local("c2", "unsent", 9);
+    c.apply_history(&history(
+        "e2-0",
+        vec![], // the server's database was recreated
+    ));
+    let v = c.view();
+    assert_eq!(statuses(&c), vec![("c2".into(), EntryStatus::Sending)]);
+    assert!(v.gap);
+    // Events of the dead journal are ignored from now on.
+    assert!(!c.apply_event(&received(2, 3, Some("zz"), "ghost")));
+}
+
+#[test]
+fn a_cache_of_a_dead_journal_brings_only_unsent_messages() {
+    let mut c = Conversation::new(S);
+    c.apply_history(&history("e2-5", vec![]));
+    let mut rec = cached_mid_turn();
+    let mut outbox = Conversation::new(S);
+    outbox.send_local("c9", "queued offline", 5);
+    rec.users.extend(outbox.to_cache().users);
+    assert!(c.apply_cache(&rec));
+    assert_eq!(statuses(&c), vec![("c9".into(), EntryStatus::Sending)]);
+    let mut foreign = cached_mid_turn();
+    foreign.session_id = "other".into();
+    assert!(!Conversation::new(S).apply_cache(&foreign));
+}
+
+#[test]
+fn other_sessions_are_ignored() {
+    let mut c = Conversation::new(S);
+    let mut e = received(1, 1, None, "q");
+    e.session_id = "other".into();
+    assert!(!c.apply_event(&e));
+    let mut h = history("e1-1", vec![]);
+    h.session_id = "other".into();
+    assert!(!c.apply_history(&h));
+    assert!(c.view().messages.is_empty());
+}
+
+#[test]
+fn connection_and_gap_are_part_of_the_view() {
+    let mut c = Conversation::new(S);
+    assert_eq!(c.view().connection, Connection::Connecting);
+    let r = c.revision();
+    assert!(c.set_connection(Connection::Live));
+    assert!(!c.set_connection(Connection::Live));
+    assert!(c.mark_gap());
+    assert!(!c.mark_gap());
+    assert_eq!(c.revision(), r + 2);
+    let v = c.view();
+    assert_eq!(v.connection, Connection::Live);
+    assert!(v.gap);
+    assert_eq!(v.session_id, S);
+}
+
+#[test]
+fn view_json_is_camel_case_with_closed_unions() {
+    let mut c = Conversation::new(S);
+    c.send_local("c1", "hi", 5);
+    let json = serde_json::to_value(c.view()).unwrap_or_default();
+    assert_eq!(json["sessionId"], "s1");
+    assert_eq!(json["connection"], "connecting");
+    assert_eq!(json["messages"][0]["clientMessageId"], "c1");
+    assert_eq!(json["messages"][0]["status"], "sending");
+    assert_eq!(json["messages"][0]["role"], "user");
+    assert_eq!(json["messages"][0]["messageId"], serde_json::Value::Null);
+    assert!(matches!(c.view().messages[0].role, Role::User));
+}
+
+#[test]
+fn a_bounded_cache_keeps_the_newest_and_everything_unfinished() {
+    let mut c = Conversation::new(S);
+    for n in 0..5u32 {
+        let seq = i64::from(n) * 10;
+        c.apply_event(&received(seq + 1, n, None, "q"));
+        if n != 1 {
+            c.apply_event(&ended(seq + 5, n, TurnState::Completed, "a"));
+        }
+    }
+    c.send_local("c9", "unsent", 99);
+    let rec = c.to_cache_bounded(2);
+    let users: Vec<&str> = rec.users.iter().map(|u| u.key.as_str()).collect();
+    let turns: Vec<&str> = rec.turns.iter().map(|t| t.turn_id.as_str()).collect();
+    assert_eq!(users, vec!["c9", "m3", "m4"]);
+    assert_eq!(turns, vec!["t1", "t3", "t4"], "t1 is still open: kept");
+    assert_eq!(c.to_cache_bounded(100), c.to_cache());
+}

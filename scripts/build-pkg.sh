@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Builds the npm package `turnstream` into pkg/ (not committed): the release wasm of
+# client-wasm, its JS glue and TypeScript types from wasm-bindgen (--target web), a shrink by
+# wasm-opt when a working one is installed, and pkg/package.json. Prints the gzipped size.
+#
+# Needs: the wasm32-unknown-unknown target, wasm-bindgen-cli at exactly the version of the
+# `wasm-bindgen` crate in Cargo.lock, node (to write package.json). `./run setup` installs them.
+# Optional: wasm-opt from the npm package binaryen (>= 116; Debian's binaryen 108 produces
+# modules Chromium refuses). Looked for in $WASM_OPT, ./node_modules/.bin, then npm's global
+# prefix; set TURNSTREAM_NO_WASM_OPT=1 to skip it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=pkg
+NAME=turnstream
+CRATE=turnstream-client
+ARTIFACT=target/wasm32-unknown-unknown/release/turnstream_client.wasm
+
+log() { printf '== %s\n' "$*" >&2; }
+die() { printf 'build-pkg: %s\n' "$*" >&2; exit 1; }
+
+command -v wasm-bindgen >/dev/null || die "wasm-bindgen not found (./run setup installs it)"
+command -v node >/dev/null || die "node not found (needed to write package.json)"
+want=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+have=$(wasm-bindgen --version | awk '{print $2}')
+[ -n "$want" ] || die "wasm-bindgen is not in Cargo.lock"
+[ "$want" = "$have" ] || die "wasm-bindgen CLI is $have but Cargo.lock has $want (cargo install wasm-bindgen-cli --version $want)"
+
+log "cargo build --release --target wasm32-unknown-unknown -p $CRATE"
+# Size over speed for the browser bundle; these apply to this build only, not the server's.
+CARGO_PROFILE_RELEASE_OPT_LEVEL=z \
+CARGO_PROFILE_RELEASE_LTO=true \
+CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+CARGO_PROFILE_RELEASE_DEBUG=false \
+  cargo build --release --target wasm32-unknown-unknown -p "$CRATE"
+
+log "wasm-bindgen --target web"
+rm -rf "$OUT"
+# Function names only help reading a panic's stack trace; TURNSTREAM_KEEP_NAMES=1 keeps them.
+strip=(--remove-name-section --remove-producers-section)
+[ "${TURNSTREAM_KEEP_NAMES:-}" = 1 ] && strip=()
+wasm-bindgen --target web --out-dir "$OUT" --out-name "$NAME" "${strip[@]}" "$ARTIFACT"
+
+find_wasm_opt() {
+  local c
+  for c in "${WASM_OPT:-}" ./node_modules/.bin/wasm-opt "$(npm prefix -g 2>/dev/null)/bin/wasm-opt"; do
+    [ -n "$c" ] && [ -x "$c" ] || continue
+    local v
+    v=$("$c" --version 2>/dev/null | sed -n 's/.*version \([0-9]*\).*/\1/p')
+    if [ -n "$v" ] && [ "$v" -ge 116 ]; then
+      echo "$c"
+      return 0
+    fi
+  done
+  return 1
+}
+
+wasm="$OUT/${NAME}_bg.wasm"
+if [ "${TURNSTREAM_NO_WASM_OPT:-}" = 1 ]; then
+  log "wasm-opt skipped (TURNSTREAM_NO_WASM_OPT=1)"
+elif opt=$(find_wasm_opt); then
+  log "wasm-opt -Oz ($("$opt" --version))"
+  "$opt" -Oz --strip-debug --strip-producers --enable-bulk-memory \
+    --enable-nontrapping-float-to-int --enable-sign-ext --enable-mutable-globals \
+    --enable-reference-types --enable-multivalue "$wasm" -o "$wasm.opt"
+  # What users download is gzipped, and LLVM's code can compress better than wasm-opt's even
+  # when it is larger: keep whichever is smaller on the wire.
+  before=$(gzip -9 -c "$wasm" | wc -c)
+  after=$(gzip -9 -c "$wasm.opt" | wc -c)
+  if [ "$after" -lt "$before" ]; then
+    mv "$wasm.opt" "$wasm"
+  else
+    log "wasm-opt output kept out: $after bytes gzipped vs $before without"
+    rm -f "$wasm.opt"
+  fi
+else
+  log "wasm-opt skipped: no binaryen >= 116 found (npm i binaryen@132 installs one)"
+fi
+
+log "pkg/package.json"
+version=$(cargo metadata --no-deps --format-version 1 |
+  node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const p=JSON.parse(s).packages.find(p=>p.name===process.argv[1]);process.stdout.write(p.version)})' "$CRATE")
+node - "$OUT/package.json" "$version" <<'JS'
+const fs = require("fs");
+const [file, version] = process.argv.slice(2);
+const pkg = {
+  name: "turnstream",
+  version,
+  description: "Durable, resumable realtime chat view for turnstream servers (Rust/WASM).",
+  license: "MIT OR Apache-2.0",
+  repository: { type: "git", url: "https://github.com/turnstream/turnstream" },
+  type: "module",
+  main: "./turnstream.js",
+  module: "./turnstream.js",
+  types: "./turnstream.d.ts",
+  exports: {
+    ".": { types: "./turnstream.d.ts", import: "./turnstream.js", default: "./turnstream.js" },
+    "./turnstream_bg.wasm": "./turnstream_bg.wasm",
+    "./package.json": "./package.json",
+  },
+  files: ["turnstream.js", "turnstream.d.ts", "turnstream_bg.wasm", "turnstream_bg.wasm.d.ts"],
+  sideEffects: false,
+  keywords: ["chat", "sse", "eventsource", "streaming", "llm", "wasm"],
+};
+fs.writeFileSync(file, JSON.stringify(pkg, null, 2) + "\n");
+JS
+rm -f "$OUT/.gitignore"
+
+gz() { gzip -9 -c "$1" | wc -c | tr -d ' '; }
+wasm_gz=$(gz "$wasm")
+js_gz=$(gz "$OUT/$NAME.js")
+printf 'pkg/%s_bg.wasm: %s bytes (%s gzipped)\n' "$NAME" "$(wc -c <"$wasm" | tr -d ' ')" "$wasm_gz"
+printf 'pkg/%s.js:      %s bytes (%s gzipped)\n' "$NAME" "$(wc -c <"$OUT/$NAME.js" | tr -d ' ')" "$js_gz"
+printf 'total gzipped:  %s bytes\n' "$((wasm_gz + js_gz))"
