@@ -54,7 +54,7 @@ class Server {
     return this;
   }
   async kill(signal = "SIGKILL") {
-    if (!this.proc || this.proc.exitCode !== null) return;
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
     const done = new Promise((r) => this.proc.once("exit", r));
     this.proc.kill(signal);
     await done;
@@ -94,6 +94,7 @@ function timeout(ms, what) {
 
 /** Polls `check` (async, returns a truthy value when done) until the deadline. */
 async function until(what, check, ms = STEP_TIMEOUT) {
+  if (process.env.E2E_VERBOSE) console.log(`  … ${what}`);
   const end = Date.now() + ms;
   let last;
   while (Date.now() < end) {
@@ -136,6 +137,25 @@ async function view(page) {
   }));
 }
 
+/** The stream's first frame after `retry:` from `cursor` (a live stream is cut after a second). */
+async function firstFrame(server, session, cursor) {
+  const res = await fetch(`${server.url}/api/stream?session=${session}&cursor=${cursor}`, { signal: AbortSignal.timeout(1000) });
+  const reader = res.body.getReader();
+  let text = "";
+  try {
+    while (!/\n\n(?!$)[^]*\n\n/.test(text)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+  } catch {
+    // Aborted: the stream was live, with nothing to say.
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  return text;
+}
+
 const assistants = (v) => v.messages.filter((m) => m.role === "assistant");
 const users = (v) => v.messages.filter((m) => m.role === "user");
 
@@ -152,15 +172,22 @@ async function send(page, text) {
   await page.click("[data-testid=send]");
 }
 
-/** The page's conversation must equal the server's history, message for message. */
+/**
+ * The page's conversation must equal the server's history, message for message. History is in
+ * write order (a reply is written when its turn ends, so a message sent meanwhile comes before it);
+ * a chat shows each reply under its message, so compare in that order.
+ */
 async function assertMatchesHistory(page, server, session) {
   const h = await server.history(session);
+  const replies = new Map(h.messages.filter((m) => m.role === "assistant").map((m) => [m.turn_id, m]));
+  const expected = [];
+  for (const m of h.messages.filter((m) => m.role === "user")) {
+    expected.push(["user", m.content]);
+    const r = replies.get(m.turn_id);
+    if (r) expected.push(["assistant", r.content]);
+  }
   const v = await view(page);
-  assertEq(
-    v.messages.map((m) => [m.role, m.text]),
-    h.messages.map((m) => [m.role, m.content]),
-    "the page shows exactly the server's history",
-  );
+  assertEq(v.messages.map((m) => [m.role, m.text]), expected, "the page shows exactly the server's history");
 }
 
 const scenarios = [];
@@ -239,6 +266,7 @@ scenario("offline mid-turn, then online: the reply completes with no gap, and a 
   const turnId = (await server.history(session)).messages[0].turn_id;
   // The turn goes on on the server while the browser is away.
   await until("the server to move on", async () => (await server.turn(turnId)).text.length > frozen.length + 40);
+  assertEq(assistants(await view(page))[0].text, frozen, "nothing arrives while offline (the stream really was down)");
   await send(page, "/echo typed while offline");
   await until("the offline message to wait in the outbox", async () => users(await view(page)).some((m) => m.text === "/echo typed while offline" && m.status === "sending"));
   await context.setOffline(false);
@@ -299,11 +327,7 @@ scenario("a cursor older than retention: the page resyncs and shows the right hi
   const h0 = await server.history(session);
   const t = await server.post(session, "/echo said while you were away");
   await until("that turn to end", async () => (await server.turn(t.turn_id)).state === "completed");
-  await until("its events to expire", async () => {
-    const res = await fetch(`${server.url}/api/stream?session=${session}&cursor=${h0.cursor}`);
-    const text = await res.text();
-    return text.includes("history_resync_required") && text.includes("expired");
-  });
+  await until("its events to expire", async () => (await firstFrame(server, session, h0.cursor)).includes('"reason":"expired"'));
   await context.setOffline(false);
   await until("the page to show the missed messages", async () => (await view(page)).messages.length === 4);
   const v = await view(page);

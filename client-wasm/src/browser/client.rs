@@ -434,6 +434,12 @@ impl Client {
         let offline = GlobalListener::new("offline", move |_| {
             if let Some(me) = weak.upgrade() {
                 me.set_connection(Connection::Offline);
+                // A browser that lost its network can keep a dead socket "open" for minutes:
+                // close the stream now, and resume from the last event seen when it is back.
+                if me.stream.borrow().is_some() {
+                    me.signal.set(Some(LoopSignal::Failed));
+                    me.signal_waker.wake_all();
+                }
             }
         });
         self.globals.borrow_mut().extend([online, offline]);

@@ -1,0 +1,138 @@
+//! Figure 2: publish-to-browser latency over SSE, commit included.
+//!
+//! Native SSE readers subscribe; a publisher posts messages stamped with their send time
+//! (`@T<unix µs>@`) at a steady rate; each reader records receive time minus send time for the
+//! first frame carrying each stamp (on turnstream that is `message_received`, which is sent only
+//! after the message's commit).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use crate::stats::{unix_us, Samples};
+use crate::systems::{markers, Resume, System};
+
+pub struct Fanout {
+    pub samples: Samples,
+    /// Deliveries expected but not seen before the deadline.
+    pub missing: u64,
+    pub failed_publishes: u64,
+    /// Server CPU (all its threads) over the publishing window, in % of one core.
+    pub server_cpu_pct: f64,
+}
+
+/// Opens readers concurrently, at most this many connecting at once (a gentle ramp, not the
+/// reconnect burst of figure 3).
+const OPEN_CONCURRENCY: usize = 128;
+
+/// `streams` streams with `subs` readers each; `messages` messages spread round-robin over the
+/// streams at `rate` per second.
+pub async fn run(
+    sys: Arc<System>,
+    streams: usize,
+    subs: usize,
+    messages: usize,
+    rate: f64,
+) -> Result<Fanout> {
+    let names: Vec<String> = (0..streams).map(|i| format!("f{i}")).collect();
+    for n in &names {
+        sys.prepare(n).await?;
+    }
+    let per_stream: Vec<usize> = (0..streams)
+        .map(|s| (0..messages).filter(|m| m % streams == s).count())
+        .collect();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let opened = futures::stream::iter((0..streams * subs).map(|i| {
+        let sys = sys.clone();
+        let name = names[i % streams].clone();
+        async move {
+            sys.open(&name, &Resume::Now)
+                .await
+                .map(|r| (i % streams, r))
+        }
+    }))
+    .buffer_unordered(OPEN_CONCURRENCY)
+    .collect::<Vec<_>>()
+    .await;
+    let mut tasks = Vec::new();
+    for r in opened {
+        let (stream, mut reader) = r?;
+        let expected = per_stream[stream];
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen = HashSet::new();
+            let mut samples = Samples::default();
+            if expected > 0 {
+                let read = reader.read(|f, now| {
+                    for m in markers(&f.data) {
+                        if seen.insert(m) {
+                            samples.push(now.saturating_sub(m));
+                        }
+                    }
+                    seen.len() < expected
+                });
+                tokio::select! {
+                    _ = read => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            }
+            (samples, expected.saturating_sub(seen.len()) as u64)
+        }));
+    }
+    // Let the streams' first bytes (prelude, replay of nothing) settle before timing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let cpu0 = sys.cpu_secs();
+    let t0 = Instant::now();
+    let mut posts = Vec::with_capacity(messages);
+    for m in 0..messages {
+        let at = t0 + Duration::from_secs_f64(m as f64 / rate);
+        tokio::time::sleep_until(at.into()).await;
+        let sys = sys.clone();
+        let name = names[m % streams].clone();
+        // Open loop: each publish runs on its own so a slow one does not delay the next.
+        posts.push(tokio::spawn(async move {
+            sys.publish_message(&name, unix_us()).await
+        }));
+    }
+    let mut failed_publishes = 0;
+    for p in posts {
+        if !matches!(p.await, Ok(Ok(()))) {
+            failed_publishes += 1;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut samples = Samples::default();
+    let mut missing = 0;
+    let mut waiting = Vec::new();
+    for t in tasks {
+        waiting.push(t);
+    }
+    // Wait for every reader to see every message, or the deadline; then stop the stragglers.
+    let all = futures::future::join_all(waiting);
+    tokio::pin!(all);
+    let results = tokio::select! {
+        r = &mut all => r,
+        _ = tokio::time::sleep_until(deadline) => {
+            let _ = stop_tx.send(true);
+            all.await
+        }
+    };
+    let server_cpu_pct = 100.0 * (sys.cpu_secs() - cpu0) / t0.elapsed().as_secs_f64();
+    for r in results {
+        let (s, miss) = r.map_err(|e| anyhow!("reader task: {e}"))?;
+        samples.extend(s);
+        missing += miss;
+    }
+    let _ = stop_tx.send(true);
+    Ok(Fanout {
+        samples,
+        missing,
+        failed_publishes,
+        server_cpu_pct,
+    })
+}

@@ -1,0 +1,136 @@
+//! `turnstream-bench`: starts what it measures (the `turnstream` binary, an in-memory baseline,
+//! and the peers), runs the figures of docs/performance.md, and prints one markdown table, also
+//! written to `target/bench/results.md`. Benchmarks, not tests: nothing here asserts on time.
+
+mod append;
+mod compare;
+mod fanout;
+mod idle;
+mod peers;
+mod procs;
+mod prom;
+mod rawhttp;
+mod replay;
+mod report;
+mod ring;
+mod sse;
+mod stats;
+mod systems;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "turnstream-bench", about = "turnstream's benchmark suite")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Every figure.
+    All(Opts),
+    /// Figure 1: durable append throughput and enqueue-to-durable latency.
+    Append(Opts),
+    /// Figure 2: publish-to-browser latency at 1, 100, 1,000 subscribers and 1,000 sessions.
+    Fanout(Opts),
+    /// Figure 3: idle connections' memory and a reconnect burst.
+    Idle(Opts),
+    /// Figure 4: reconnect replay of 1,000 and 10,000 missed events.
+    Replay(Opts),
+    /// Figure 6: side by side with the in-memory baseline and the peers on one chat workload.
+    Compare(Opts),
+    /// The in-memory ring-buffer baseline server (started by the bench itself).
+    #[command(hide = true)]
+    RingServer {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        #[arg(long, default_value_t = 2000)]
+        capacity: usize,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Opts {
+    /// Small sizes for a smoke run (CI): finishes in well under a minute; peers are skipped.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skip durable-streams and resumable-stream (no install, no runs).
+    #[arg(long, conflicts_with = "peers")]
+    pub no_peers: bool,
+    /// Run the peers even with --quick (installing them if needed).
+    #[arg(long)]
+    pub peers: bool,
+    /// Where the table is written (default: target/bench/results.md).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Which figures a command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figure {
+    Append,
+    Fanout,
+    Idle,
+    Replay,
+    Compare,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.command {
+            Cmd::RingServer { listen, capacity } => ring::serve(listen, capacity).await,
+            Cmd::All(o) => {
+                run(
+                    o,
+                    &[
+                        Figure::Append,
+                        Figure::Fanout,
+                        Figure::Idle,
+                        Figure::Replay,
+                        Figure::Compare,
+                    ],
+                )
+                .await
+            }
+            Cmd::Append(o) => run(o, &[Figure::Append]).await,
+            Cmd::Fanout(o) => run(o, &[Figure::Fanout]).await,
+            Cmd::Idle(o) => run(o, &[Figure::Idle]).await,
+            Cmd::Replay(o) => run(o, &[Figure::Replay]).await,
+            Cmd::Compare(o) => run(o, &[Figure::Compare]).await,
+        }
+    })
+}
+
+async fn run(opts: Opts, figures: &[Figure]) -> Result<()> {
+    // Children must not outlive an interrupted bench.
+    tokio::spawn(async {
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+        procs::kill_all();
+        std::process::exit(130);
+    });
+    let fds = procs::raise_fd_limit();
+    let result = report::run_figures(&opts, figures, fds).await;
+    procs::kill_all();
+    result
+}

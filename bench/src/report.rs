@@ -1,0 +1,579 @@
+//! Runs the chosen figures on every system that supports them and renders the one table:
+//! figure | ours | comparison(s) | ratio | target.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::peers::{self, Avail};
+use crate::stats::{dur_ms, ms, thousands, Samples};
+use crate::systems::{Kind, System};
+use crate::{append, compare, fanout, idle, replay, Figure, Opts};
+
+/// One table row.
+pub struct Row {
+    pub figure: String,
+    pub ours: String,
+    pub comparisons: Vec<String>,
+    pub ratio: String,
+    pub target: String,
+}
+
+impl Row {
+    pub fn new(figure: impl Into<String>, target: impl Into<String>) -> Row {
+        Row {
+            figure: figure.into(),
+            ours: String::new(),
+            comparisons: Vec::new(),
+            ratio: "—".into(),
+            target: target.into(),
+        }
+    }
+}
+
+/// Sizes of every figure, full or `--quick`.
+pub struct Sizes {
+    pub append_sessions: u64,
+    pub append_events: u64,
+    pub latency_sessions: u64,
+    pub latency_secs: u64,
+    pub http_sessions: usize,
+    pub http_messages: usize,
+    /// (streams, subscribers per stream, messages, messages per second)
+    pub fanout: Vec<(usize, usize, usize, f64)>,
+    pub idle_conns: usize,
+    pub idle_streams: usize,
+    pub replay_missed: Vec<u64>,
+    pub replay_reps: usize,
+    pub compare_chunks: u64,
+    pub compare_rate: f64,
+}
+
+impl Sizes {
+    pub fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                append_sessions: 16,
+                append_events: 500,
+                latency_sessions: 20,
+                latency_secs: 1,
+                http_sessions: 8,
+                http_messages: 1,
+                fanout: vec![
+                    (1, 1, 40, 50.0),
+                    (1, 100, 20, 20.0),
+                    (1, 1000, 10, 10.0),
+                    (100, 1, 100, 100.0),
+                ],
+                idle_conns: 1000,
+                idle_streams: 100,
+                replay_missed: vec![1000, 10_000],
+                replay_reps: 3,
+                compare_chunks: 300,
+                compare_rate: 300.0,
+            }
+        } else {
+            Sizes {
+                append_sessions: 64,
+                append_events: 3000,
+                latency_sessions: 20,
+                latency_secs: 5,
+                http_sessions: 32,
+                http_messages: 4,
+                fanout: vec![
+                    (1, 1, 200, 50.0),
+                    (1, 100, 100, 20.0),
+                    (1, 1000, 50, 5.0),
+                    (1000, 1, 1000, 100.0),
+                ],
+                idle_conns: 10_000,
+                idle_streams: 1000,
+                replay_missed: vec![1000, 10_000],
+                replay_reps: 10,
+                compare_chunks: 2000,
+                compare_rate: 500.0,
+            }
+        }
+    }
+}
+
+/// The peers, each either started fresh for a figure or the reason it is not measured.
+pub struct Peers {
+    ds: Avail,
+    rs: Avail,
+}
+
+impl Peers {
+    fn setup(opts: &Opts) -> Peers {
+        if opts.quick && !opts.peers {
+            let why = Avail::Missing("not run (--quick skips the peers)".into());
+            return Peers {
+                ds: why.clone(),
+                rs: why,
+            };
+        }
+        if opts.no_peers {
+            let why = Avail::Missing("not run (--no-peers)".into());
+            return Peers {
+                ds: why.clone(),
+                rs: why,
+            };
+        }
+        Peers {
+            ds: peers::durable_streams(),
+            rs: peers::resumable_stream(),
+        }
+    }
+}
+
+/// Starts a fresh system of `kind`, or says why it cannot run.
+pub async fn start(kind: Kind, peers: &Peers) -> std::result::Result<Arc<System>, String> {
+    let r = match kind {
+        Kind::Turnstream => System::turnstream(&[]).await,
+        Kind::Ring => System::ring().await,
+        Kind::DurableStreams => match &peers.ds {
+            Avail::Ready(bin) => System::durable_streams(bin).await,
+            Avail::Missing(why) => return Err(why.clone()),
+        },
+        Kind::Resumable => match &peers.rs {
+            Avail::Ready(h) => System::resumable(h).await,
+            Avail::Missing(why) => return Err(why.clone()),
+        },
+    };
+    r.map(Arc::new)
+        .map_err(|e| format!("failed to start: {e:#}"))
+}
+
+const PEERS: [Kind; 3] = [Kind::Ring, Kind::DurableStreams, Kind::Resumable];
+
+pub async fn run_figures(opts: &Opts, figures: &[Figure], fds: u64) -> Result<()> {
+    let sizes = Sizes::new(opts.quick);
+    let started = Instant::now();
+    let machine_before = machine();
+    let peers = Peers::setup(opts);
+    eprintln!("open-file limit: {fds}");
+    let mut rows: Vec<Row> = Vec::new();
+    for f in figures {
+        eprintln!("== figure {f:?}");
+        match f {
+            Figure::Append => figure_append(&sizes, &mut rows).await?,
+            Figure::Fanout => figure_fanout(&sizes, &peers, &mut rows).await,
+            Figure::Idle => figure_idle(&sizes, &peers, fds, &mut rows).await,
+            Figure::Replay => figure_replay(&sizes, &peers, &mut rows).await,
+            Figure::Compare => compare::figure(&sizes, &peers, &mut rows).await,
+        }
+    }
+    if figures.len() > 1 {
+        let mut r = Row::new("5. refresh (browser)", "—");
+        r.ours = "measured by the end-to-end suite".into();
+        rows.insert(
+            rows.iter()
+                .position(|r| r.figure.starts_with('6'))
+                .unwrap_or(rows.len()),
+            r,
+        );
+    }
+    let table = render(&rows);
+    let mut doc = String::new();
+    let _ = writeln!(
+        doc,
+        "<!-- turnstream-bench {}{}; {:.0} s -->",
+        if opts.quick { "--quick" } else { "full run" },
+        if opts.no_peers { ", --no-peers" } else { "" },
+        started.elapsed().as_secs_f64()
+    );
+    let _ = writeln!(doc, "Machine: {machine_before}\n");
+    doc.push_str(&table);
+    println!("{table}");
+    let out = match &opts.out {
+        Some(p) => p.clone(),
+        None => crate::procs::bench_dir()?.join("results.md"),
+    };
+    std::fs::write(&out, doc)?;
+    eprintln!("written to {}", out.display());
+    Ok(())
+}
+
+/// nproc, CPU model, memory, kernel and load: enough to tell two results' machines apart.
+pub fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map(|kib| kib / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    format!(
+        "{cpus} CPUs ({model}), {mem_gib:.0} GiB RAM, Linux {kernel}, load average at start {load}"
+    )
+}
+
+fn render(rows: &[Row]) -> String {
+    let mut s =
+        String::from("| figure | ours | comparison(s) | ratio | target |\n|---|---|---|---|---|\n");
+    for r in rows {
+        let comps = if r.comparisons.is_empty() {
+            "—".to_string()
+        } else {
+            r.comparisons.join("; ")
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            r.figure, r.ours, comps, r.ratio, r.target
+        );
+    }
+    s
+}
+
+fn ratio(ours: f64, theirs: f64) -> String {
+    if theirs > 0.0 && ours.is_finite() {
+        format!("{:.2}×", ours / theirs)
+    } else {
+        "—".into()
+    }
+}
+
+async fn figure_append(sizes: &Sizes, rows: &mut Vec<Row>) -> Result<()> {
+    eprintln!(
+        "journal path: {} producers × {} events",
+        sizes.append_sessions, sizes.append_events
+    );
+    let tp = append::in_process(sizes.append_sessions, sizes.append_events, 0).await?;
+    let batch = tp.mean_batch.round().max(1.0) as usize;
+    // The ceiling runs on this thread, off the async workers (it blocks for seconds).
+    let dir = tp.dir.path().to_path_buf();
+    let (raw_rows, raw_secs, raw_cpu) = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || append::raw_sqlite(&dir, batch, false)).await??
+    };
+    let (sp_rows, sp_secs, sp_cpu) =
+        tokio::task::spawn_blocking(move || append::raw_sqlite(&dir, batch, true)).await??;
+    let raw_rate = raw_rows as f64 / raw_secs;
+    let mut r = Row::new(
+        format!(
+            "1. durable append, events/s (200 B payloads, `synchronous=FULL`; server's runner + journal writer in process, {} concurrent turns)",
+            sizes.append_sessions
+        ),
+        "≥ 100,000/s and ≥ 40% of raw SQLite",
+    );
+    r.ours = format!(
+        "{}/s ({} events in {:.2} s, mean group commit {:.0} writes; writer thread {:.1} µs CPU/event, busy {:.0}%)",
+        thousands(tp.rate()),
+        thousands(tp.events as f64),
+        tp.secs,
+        tp.mean_batch,
+        1e6 * tp.writer_cpu / tp.events.max(1) as f64,
+        100.0 * tp.writer_cpu / tp.secs
+    );
+    r.comparisons.push(format!(
+        "raw SQLite, same rows and schema, {batch} rows/commit: {}/s ({:.1} µs CPU/row)",
+        thousands(raw_rate),
+        1e6 * raw_cpu / raw_rows.max(1) as f64
+    ));
+    r.comparisons.push(format!(
+        "same, plus a SAVEPOINT/RELEASE per row as the writer does per job: {}/s ({:.1} µs CPU/row)",
+        thousands(sp_rows as f64 / sp_secs),
+        1e6 * sp_cpu / sp_rows.max(1) as f64
+    ));
+    r.ratio = format!("{:.0}% of raw", 100.0 * tp.rate() / raw_rate);
+    rows.push(r);
+
+    eprintln!(
+        "over HTTP: {} sessions × {} messages",
+        sizes.http_sessions, sizes.http_messages
+    );
+    let mut r = Row::new(
+        format!(
+            "1. durable append end to end over HTTP+SSE, events/s (`/echo` of 200 B words, `--coalesce-ms 0`, {} sessions, one SSE reader each)",
+            sizes.http_sessions
+        ),
+        "≥ 100,000/s",
+    );
+    match append::over_http(sizes.http_sessions, sizes.http_messages).await {
+        Ok(h) => {
+            r.ours = format!(
+                "{}/s ({} events in {:.2} s; {} delivered over SSE)",
+                thousands(h.rate()),
+                thousands(h.events as f64),
+                h.secs,
+                thousands(h.delivered as f64)
+            );
+            r.comparisons.push(format!(
+                "journal path in process: {}/s",
+                thousands(tp.rate())
+            ));
+            r.ratio = ratio(h.rate(), tp.rate());
+        }
+        Err(e) => r.ours = format!("failed: {e:#}"),
+    }
+    rows.push(r);
+
+    let per_session = 1000 * sizes.latency_secs;
+    let pace_us = 1_000_000 * sizes.latency_sessions / 20_000;
+    eprintln!("latency at 20k/s offered");
+    let mut lat = append::in_process(sizes.latency_sessions, per_session, pace_us).await?;
+    let mut r = Row::new(
+        format!(
+            "1. enqueue-to-durable latency p50 / p99 at {} events/s offered ({} paced turns)",
+            thousands(lat.offered_rate),
+            sizes.latency_sessions
+        ),
+        "p99 ≤ 5 ms",
+    );
+    let hist = |v: Option<f64>| {
+        v.map(|s| ms((s * 1e6) as u64))
+            .unwrap_or_else(|| "?".into())
+    };
+    r.ours = format!(
+        "{} (agent emit → committed and published, {} samples; achieved {}/s)",
+        lat.emit_to_durable.p50_p99(),
+        thousands(lat.emit_to_durable.len() as f64),
+        thousands(lat.rate())
+    );
+    r.comparisons.push(format!(
+        "server histogram `turnstream_append_latency_seconds` (enqueue → commit, bucket-interpolated): {} / {} ms",
+        hist(lat.hist_p50_p99.0),
+        hist(lat.hist_p50_p99.1)
+    ));
+    rows.push(r);
+    Ok(())
+}
+
+fn p99(s: &mut Samples) -> f64 {
+    s.pct(99.0).map(|v| v as f64).unwrap_or(f64::NAN)
+}
+
+async fn figure_fanout(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
+    for &(streams, subs, messages, rate) in &sizes.fanout {
+        let label = if streams == 1 {
+            format!(
+                "{subs} subscriber{} of one session",
+                if subs == 1 { "" } else { "s" }
+            )
+        } else {
+            format!("{streams} sessions × {subs} subscriber")
+        };
+        let target = if streams == 1 && subs >= 1000 {
+            "p99 ≤ 15 ms"
+        } else {
+            "—"
+        };
+        let mut r = Row::new(
+            format!("2. publish-to-browser latency p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each)"),
+            target,
+        );
+        let mut ours_p99 = f64::NAN;
+        for kind in std::iter::once(Kind::Turnstream).chain(PEERS) {
+            eprintln!("fan-out {label}: {kind}");
+            let cell = match start(kind, peers).await {
+                Err(why) => why,
+                Ok(sys) => match fanout::run(sys.clone(), streams, subs, messages, rate).await {
+                    Ok(mut f) => {
+                        let p = p99(&mut f.samples);
+                        if kind == Kind::Turnstream {
+                            ours_p99 = p;
+                        } else if kind == Kind::Ring {
+                            r.ratio = ratio(ours_p99, p);
+                        }
+                        let mut c = format!(
+                            "{} (server CPU {:.0}%)",
+                            f.samples.p50_p99(),
+                            f.server_cpu_pct
+                        );
+                        if f.missing > 0 || f.failed_publishes > 0 {
+                            let _ = write!(
+                                c,
+                                " ({} deliveries missing, {} publishes failed)",
+                                f.missing, f.failed_publishes
+                            );
+                        }
+                        c
+                    }
+                    Err(e) => format!("failed: {e:#}"),
+                },
+            };
+            if kind == Kind::Turnstream {
+                r.ours = cell;
+            } else {
+                r.comparisons.push(format!("{kind}: {cell}"));
+            }
+        }
+        rows.push(r);
+    }
+}
+
+async fn figure_idle(sizes: &Sizes, peers: &Peers, fds: u64, rows: &mut Vec<Row>) {
+    let conns = sizes.idle_conns.min((fds as usize).saturating_sub(200));
+    let mut mem = Row::new(
+        format!(
+            "3. server RSS per idle SSE connection ({} open streams on {} sessions)",
+            thousands(conns as f64),
+            sizes.idle_streams
+        ),
+        "≤ 20 KB",
+    );
+    let mut burst = Row::new(
+        format!("3. reconnect burst: {} readers at once with their last position; accepted streams/s, all caught up after", thousands(conns as f64)),
+        "≥ 5,000 accepts/s",
+    );
+    let mut ours = (f64::NAN, f64::NAN);
+    for kind in std::iter::once(Kind::Turnstream).chain(PEERS) {
+        eprintln!("idle: {kind}");
+        let (m, b) = match start(kind, peers).await {
+            Err(why) => (why.clone(), why),
+            Ok(sys) => match idle::run(sys.clone(), conns, sizes.idle_streams).await {
+                Ok(mut i) => {
+                    if kind == Kind::Turnstream {
+                        ours = (i.bytes_per_conn, i.accept_rate);
+                    } else if kind == Kind::Ring {
+                        mem.ratio = ratio(ours.0, i.bytes_per_conn);
+                        burst.ratio = ratio(ours.1, i.accept_rate);
+                    }
+                    let fail = if i.failed > 0 {
+                        format!(", {} failed", i.failed)
+                    } else {
+                        String::new()
+                    };
+                    (
+                        format!(
+                            "{:.1} KB (RSS {} → {} MiB{fail})",
+                            i.bytes_per_conn / 1000.0,
+                            i.rss_before_kib / 1024,
+                            i.rss_after_kib / 1024
+                        ),
+                        format!(
+                            "{}/s (all headers in {} ms, p50 {} ms; all caught up in {} ms; {} SYNs dropped{fail})",
+                            thousands(i.accept_rate),
+                            dur_ms(i.headers_all),
+                            i.headers.pct(50.0).map(ms).unwrap_or_default(),
+                            dur_ms(i.caught_up_all),
+                            i.listen_drops
+                        ),
+                    )
+                }
+                Err(e) => (format!("failed: {e:#}"), format!("failed: {e:#}")),
+            },
+        };
+        if kind == Kind::Turnstream {
+            mem.ours = m;
+            burst.ours = b;
+        } else {
+            mem.comparisons.push(format!("{kind}: {m}"));
+            burst.comparisons.push(format!("{kind}: {b}"));
+        }
+    }
+    rows.push(mem);
+    rows.push(burst);
+}
+
+async fn figure_replay(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
+    let mut out: Vec<Row> = sizes
+        .replay_missed
+        .iter()
+        .map(|n| {
+            Row::new(
+                format!(
+                    "4. reconnect replay of {} missed events (200 B each), request to last byte, p50 (max) of {} runs",
+                    thousands(*n as f64),
+                    sizes.replay_reps
+                ),
+                if *n >= 10_000 { "≤ 20 ms" } else { "—" },
+            )
+        })
+        .collect();
+    let mut ours: Vec<f64> = vec![f64::NAN; out.len()];
+    for kind in std::iter::once(Kind::Turnstream).chain(PEERS) {
+        eprintln!("replay: {kind}");
+        // turnstream's events come from a model stream (the bench's fake upstream).
+        let upstream = if kind == Kind::Turnstream {
+            crate::upstream::start().await.ok()
+        } else {
+            None
+        };
+        let started = match (&upstream, kind) {
+            (Some((url, _, _)), Kind::Turnstream) => {
+                System::turnstream(&["--agent", "openai", "--openai-base-url", url])
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| format!("failed to start: {e:#}"))
+            }
+            (None, Kind::Turnstream) => Err("failed: no fake upstream".to_string()),
+            _ => start(kind, peers).await,
+        };
+        let cells: Vec<String> = match started {
+            Err(why) => vec![why; out.len()],
+            Ok(sys) => {
+                // The ring keeps the last 2000 events: a longer replay is not something it does.
+                let missed: Vec<u64> = sizes
+                    .replay_missed
+                    .iter()
+                    .copied()
+                    .filter(|n| kind != Kind::Ring || *n < 2000)
+                    .collect();
+                match replay::run(sys.clone(), &missed, sizes.replay_reps).await {
+                    Ok(results) => sizes
+                        .replay_missed
+                        .iter()
+                        .enumerate()
+                        .map(|(i, n)| match results.iter().find(|r| r.missed == *n) {
+                            None => {
+                                "not supported: the ring keeps only the last 2,000 events".into()
+                            }
+                            Some(r) => {
+                                let mut s = r.samples.clone();
+                                let p50 = s.pct(50.0).unwrap_or(0);
+                                if kind == Kind::Turnstream {
+                                    ours[i] = p50 as f64;
+                                } else if kind == Kind::Ring {
+                                    out[i].ratio = ratio(ours[i], p50 as f64);
+                                }
+                                format!(
+                                    "{} ms ({} ms; {} events)",
+                                    ms(p50),
+                                    ms(s.pct(100.0).unwrap_or(0)),
+                                    thousands(r.received as f64)
+                                )
+                            }
+                        })
+                        .collect(),
+                    Err(e) => vec![format!("failed: {e:#}"); out.len()],
+                }
+            }
+        };
+        if let Some((_, _, task)) = upstream {
+            task.abort();
+        }
+        for (row, cell) in out.iter_mut().zip(cells) {
+            if kind == Kind::Turnstream {
+                row.ours = cell;
+            } else {
+                row.comparisons.push(format!("{kind}: {cell}"));
+            }
+        }
+    }
+    rows.extend(out);
+}
