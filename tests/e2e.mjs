@@ -123,8 +123,9 @@ function assertEq(a, b, msg) {
 async function view(page) {
   return page.evaluate(() => ({
     connection: document.querySelector("[data-testid=connection]")?.textContent,
-    busy: !document.querySelector("[data-testid=busy]")?.hidden,
-    gap: !document.querySelector("[data-testid=gap]")?.hidden,
+    // What is visible, not what an attribute says (CSS decides what a user sees).
+    busy: !!document.querySelector("[data-testid=busy]")?.checkVisibility(),
+    gap: !!document.querySelector("[data-testid=gap]")?.checkVisibility(),
     messages: [...document.querySelectorAll("[data-testid=message]")].map((m) => ({
       key: m.dataset.key,
       role: m.dataset.role,
@@ -201,6 +202,7 @@ scenario("send a message: thinking, a tool call and the streamed reply complete"
     const a = assistants(await view(page))[0];
     return a && a.thinking.length > 0 && a.tools.length > 0;
   });
+  assert((await view(page)).busy, "the busy indicator shows while the turn runs");
   const done = await until("the reply to complete", async () => {
     const a = assistants(await view(page))[0];
     return a?.status === "complete" && a;
