@@ -2,7 +2,7 @@
 //! concurrently up to a limit), journals what agents emit (coalescing deltas), and ends every turn
 //! with exactly one terminal state, whatever happens: completion, failure, cancel or shutdown.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -322,7 +322,7 @@ async fn emit(
         turn,
         text: String::new(),
         pending: None,
-        inflight: Vec::new(),
+        inflight: VecDeque::new(),
         error: None,
     };
     let mut deadline: Option<Instant> = None;
@@ -403,7 +403,8 @@ struct Emitter {
     /// The reply so far: exactly the concatenation of the journaled response deltas.
     text: String,
     pending: Option<(Kind, String)>,
-    inflight: Vec<oneshot::Receiver<Result<i64>>>,
+    /// Writes queued and not yet known committed, oldest first (they commit in order).
+    inflight: VecDeque<oneshot::Receiver<Result<i64>>>,
     error: Option<String>,
 }
 
@@ -449,20 +450,20 @@ impl Emitter {
     }
 
     fn submit(&mut self, body: EventBody) {
-        // Collect finished writes as we go so the list stays short on long turns.
-        self.inflight.retain_mut(|rx| match rx.try_recv() {
-            Ok(Ok(_)) => false,
-            Ok(Err(e)) => {
-                self.error = Some(format!("journal write failed: {e}"));
-                false
+        // Collect finished writes as we go so the queue stays short on long turns. Writes from
+        // one emitter commit in order, so only the front can be done.
+        while let Some(front) = self.inflight.front_mut() {
+            match front.try_recv() {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => self.error = Some(format!("journal write failed: {e}")),
+                Err(oneshot::error::TryRecvError::Empty) => break,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    self.error = Some("journal closed".into());
+                }
             }
-            Err(oneshot::error::TryRecvError::Empty) => true,
-            Err(oneshot::error::TryRecvError::Closed) => {
-                self.error = Some("journal closed".into());
-                false
-            }
-        });
-        self.inflight.push(
+            self.inflight.pop_front();
+        }
+        self.inflight.push_back(
             self.journal
                 .submit_turn_event(&self.session, &self.turn, body),
         );

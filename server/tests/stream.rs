@@ -501,7 +501,7 @@ async fn a_subscriber_that_stops_reading_falls_back_to_the_journal() -> TestResu
     let mut slow = s
         .stream(&format!("session=slow&cursor={cursor}"), None)
         .await?;
-    let n = 40_000;
+    let n = 60_000;
     let sent = s.send("slow", &format!("/deltas {n}")).await?;
     // The reader does not read while the whole turn is produced: its socket and its queue fill.
     s.wait_turn_end(&sent.turn_id).await?;

@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 use turnstream_protocol::limits::{is_valid_id, MAX_SESSIONS_PER_STREAM};
 use turnstream_protocol::{sse, ResyncReason, ResyncRequired, RESYNC_EVENT, SNAPSHOT_EVENT};
@@ -26,8 +26,9 @@ use crate::metrics::Metrics;
 
 /// Events read from the journal per query while replaying.
 const REPLAY_PAGE: usize = 2000;
-/// Frames buffered between a stream's pump and its socket.
-const BODY_BUFFER: usize = 64;
+/// Writes (each up to 64 KiB) buffered between a stream's pump and its socket: a slow client
+/// holds at most this much here before it falls back to the journal.
+const BODY_BUFFER: usize = 8;
 /// Reconnection delay suggested to EventSource.
 const RETRY_MS: u64 = 1000;
 
@@ -165,6 +166,44 @@ fn tokio_stream_from(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
+/// Frames joined into one write of up to [`BATCH_BYTES`].
+#[derive(Default)]
+struct Batch {
+    one: Option<Bytes>,
+    many: Option<BytesMut>,
+}
+
+/// Largest write a stream makes from several frames.
+const BATCH_BYTES: usize = 64 * 1024;
+
+impl Batch {
+    /// Adds a frame; returns a full batch to send, if this one filled it.
+    fn push(&mut self, frame: &crate::hub::Frame) -> Option<Bytes> {
+        match (&mut self.many, self.one.take()) {
+            (Some(buf), _) => buf.extend_from_slice(&frame.bytes),
+            (None, None) => self.one = Some(frame.bytes.clone()),
+            (None, Some(first)) => {
+                let mut buf = BytesMut::with_capacity((first.len() + frame.bytes.len()) * 4);
+                buf.extend_from_slice(&first);
+                buf.extend_from_slice(&frame.bytes);
+                self.many = Some(buf);
+            }
+        }
+        if self.many.as_ref().is_some_and(|b| b.len() >= BATCH_BYTES) {
+            return self.take();
+        }
+        None
+    }
+
+    /// What is batched, if anything; leaves the batch empty.
+    fn take(&mut self) -> Option<Bytes> {
+        match self.many.take() {
+            Some(buf) => Some(buf.freeze()),
+            None => self.one.take(),
+        }
+    }
+}
+
 /// Counts an open stream for its whole life.
 struct ConnectionGuard(Arc<Metrics>);
 
@@ -233,11 +272,17 @@ impl Pump {
         self.metrics
             .replayed_events
             .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        let mut batch = Batch::default();
         for f in frames {
             if f.seq > self.last {
-                self.send(f.bytes.clone()).await?;
                 self.last = f.seq;
+                if let Some(full) = batch.push(&f) {
+                    self.send(full).await?;
+                }
             }
+        }
+        if let Some(rest) = batch.take() {
+            self.send(rest).await?;
         }
         Ok(())
     }
@@ -272,14 +317,31 @@ impl Pump {
         loop {
             tokio::select! {
                 frame = self.sub.recv() => {
-                    let Some(frame) = frame else { return Err(Stop::Gone) };
-                    if self.sub.take_lagged() {
-                        self.metrics.lag_fallbacks.fetch_add(1, Ordering::Relaxed);
-                        self.catch_up().await?;
+                    let Some(first) = frame else { return Err(Stop::Gone) };
+                    // Send whatever is already queued in one write: a burst to many subscribers
+                    // then costs one syscall each, not one per event.
+                    let mut batch = Batch::default();
+                    let mut next = Some(first);
+                    while let Some(frame) = next {
+                        if self.sub.take_lagged() {
+                            // Frames were dropped after some of those queued: send what is
+                            // batched, then go back to the journal before anything newer.
+                            if let Some(sent) = batch.take() {
+                                self.send(sent).await?;
+                            }
+                            self.metrics.lag_fallbacks.fetch_add(1, Ordering::Relaxed);
+                            self.catch_up().await?;
+                        }
+                        if frame.seq > self.last {
+                            self.last = frame.seq;
+                            if let Some(full) = batch.push(&frame) {
+                                self.send(full).await?;
+                            }
+                        }
+                        next = self.sub.try_recv();
                     }
-                    if frame.seq > self.last {
-                        self.send(frame.bytes.clone()).await?;
-                        self.last = frame.seq;
+                    if let Some(rest) = batch.take() {
+                        self.send(rest).await?;
                         // A stream that carries events needs no heartbeat.
                         heartbeat.reset();
                     }
@@ -340,5 +402,41 @@ mod tests {
             .map(|i| format!("session=s{i}"))
             .collect();
         assert!(parse_params(Some(&many.join("&"))).is_err());
+    }
+
+    fn frame(seq: i64, len: usize) -> crate::hub::Frame {
+        crate::hub::Frame {
+            seq,
+            session_id: "s".into(),
+            bytes: Bytes::from(vec![b'a' + (seq % 26) as u8; len]),
+        }
+    }
+
+    #[test]
+    fn batches_join_frames_in_order_and_split_when_full() {
+        let mut b = Batch::default();
+        assert!(b.take().is_none());
+        assert!(b.push(&frame(1, 10)).is_none());
+        assert_eq!(
+            b.take().map(|x| x.len()),
+            Some(10),
+            "one frame goes out as is"
+        );
+        assert!(b.push(&frame(2, 3)).is_none());
+        assert!(b.push(&frame(3, 3)).is_none());
+        assert_eq!(b.take().as_deref(), Some(&b"cccddd"[..]));
+        let mut sent = Vec::new();
+        for seq in 0..100 {
+            if let Some(full) = b.push(&frame(seq, 4096)) {
+                sent.push(full);
+            }
+        }
+        sent.extend(b.take());
+        assert!(sent.iter().all(|s| s.len() <= BATCH_BYTES));
+        let joined: Vec<u8> = sent.iter().flat_map(|s| s.iter().copied()).collect();
+        let expected: Vec<u8> = (0..100)
+            .flat_map(|seq| frame(seq, 4096).bytes.to_vec())
+            .collect();
+        assert_eq!(joined, expected);
     }
 }

@@ -9,13 +9,12 @@ use turnstream_protocol::Truncation;
 /// whole event a client receives fits the cap, not only its kind-specific part.
 const ENVELOPE_ROOM: usize = 2 * 1024;
 
+/// Largest kind-specific part of an event, as JSON.
+pub const BODY_LIMIT: usize = MAX_EVENT_PAYLOAD_BYTES - ENVELOPE_ROOM;
+
 /// Cuts the largest string fields of `value` until its JSON fits the cap. Returns what was cut.
 pub fn cap(value: &mut Value) -> Vec<Truncation> {
-    cap_to(
-        value,
-        MAX_EVENT_PAYLOAD_BYTES - ENVELOPE_ROOM,
-        TRUNCATED_PREVIEW_BYTES,
-    )
+    cap_to(value, BODY_LIMIT, TRUNCATED_PREVIEW_BYTES)
 }
 
 fn cap_to(value: &mut Value, max: usize, preview: usize) -> Vec<Truncation> {

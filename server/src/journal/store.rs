@@ -351,7 +351,8 @@ impl Journal {
     ) -> tokio::sync::oneshot::Receiver<Result<i64>> {
         let session_id = session_id.to_string();
         let turn_id = turn_id.to_string();
-        self.submit(move |ctx| ctx.append(&session_id, Some(&turn_id), |_| body))
+        // One INSERT: a statement is atomic by itself, so it needs no savepoint of its own.
+        self.submit_single_statement(move |ctx| ctx.append(&session_id, Some(&turn_id), |_| body))
     }
 
     /// Ends a turn, if it is in one of `from`: in one transaction, the terminal state, the
