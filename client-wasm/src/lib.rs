@@ -4,10 +4,12 @@
 //! - [`reducer`]: plain Rust. Merges every source (cache, history, snapshot, stream, POST
 //!   responses, optimistic sends, turn-status checks, sibling tabs) into one ordered view.
 //! - [`tabs`]: what sibling tabs tell each other over a BroadcastChannel.
+//! - [`codec`]: the JSON read and written, by hand rather than with serde (package size).
 //! - [`retry`]: when to try again and what an HTTP answer means for a queued message.
 //! - `browser` (wasm32 only): the thin ring around the reducer — fetch, EventSource, IndexedDB,
 //!   BroadcastChannel, Web Locks — and the `ChatClient` JS API.
 
+pub mod codec;
 pub mod reducer;
 pub mod retry;
 pub mod tabs;

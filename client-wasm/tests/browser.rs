@@ -9,7 +9,8 @@ use js_sys::{Function, Object, Promise, Reflect};
 use turnstream_client::reducer::{Connection, Conversation, EntryStatus, EntryView, Role, View};
 use turnstream_client::ChatClient;
 use turnstream_protocol::{
-    Event, EventBody, HistoryResponse, Message, MessageStatus, Role as WireRole,
+    Event, EventBody, HistoryResponse, Message, MessageStatus, Role as WireRole, TurnInfo,
+    TurnState,
 };
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -72,6 +73,23 @@ async fn get_text(url: &str) -> String {
         .expect("a body")
         .as_string()
         .expect("text")
+}
+
+/// The server's own history of `session` (straight to the server, not through the SDK).
+async fn server_history(session: &str) -> HistoryResponse {
+    serde_json::from_str(
+        &get_text(&format!(
+            "{}/api/sessions/{session}/history?limit=1000",
+            server()
+        ))
+        .await,
+    )
+    .expect("a history answer")
+}
+
+/// The requests the proxy forwarded so far, as `"METHOD /path?query"`.
+async fn proxy_log() -> Vec<String> {
+    serde_json::from_str(&get_text(&format!("{}/__proxy/log", proxy())).await).expect("the log")
 }
 
 /// Takes the proxy "down" (every connection cut, new ones reset) or back "up".
@@ -208,6 +226,25 @@ async fn send_and_receive_a_streamed_reply() {
 
     // An unchanged state is the very same object (useSyncExternalStore relies on it).
     assert!(Object::is(&c.state(), &c.state()));
+
+    // And an entry that did not change keeps its object across states (memoized bubbles).
+    let entry = |state: &JsValue, i: u32| {
+        let messages: js_sys::Array = Reflect::get(state, &"messages".into())
+            .expect("messages")
+            .into();
+        messages.get(i)
+    };
+    let before = c.state();
+    let id2 = send(&c, "/echo again").await;
+    wait_for(&c, "the second reply", |v| {
+        reply(v, &id2).is_some_and(|r| r.status == EntryStatus::Complete)
+    })
+    .await;
+    let after = c.state();
+    assert!(!Object::is(&before, &after));
+    assert!(Object::is(&entry(&before, 0), &entry(&after, 0)));
+    assert!(Object::is(&entry(&before, 1), &entry(&after, 1)));
+    assert!(Object::is_frozen(&entry(&after, 2).into()));
     close(&c).await;
     assert_eq!(view(&c).connection, Connection::Closed);
 }
@@ -327,6 +364,33 @@ async fn bad_options_are_refused() {
     assert!(err.is_err());
     let err = ChatClient::connect(options(server(), "ok", "disk")).await;
     assert!(err.is_err());
+    let with = |key: &str, value: JsValue| {
+        let o = options(server(), "ok", "memory");
+        Reflect::set(&o, &key.into(), &value).expect("set");
+        o
+    };
+    for (key, bad) in [
+        ("historyLimit", JsValue::from(0)),
+        ("historyLimit", JsValue::from(1001)),
+        ("historyLimit", JsValue::from(2.5)),
+        ("historyLimit", JsValue::from("10")),
+        ("baseUrl", JsValue::from(7)),
+        ("sessionId", JsValue::UNDEFINED),
+    ] {
+        let refused = ChatClient::connect(with(key, bad.clone())).await;
+        assert!(refused.is_err(), "{key}: {bad:?}");
+    }
+    assert!(ChatClient::connect(JsValue::from("session")).await.is_err());
+    // A good limit and a trailing slash are fine.
+    let base = [server(), "/"].concat();
+    let o = options(&base, &fresh_session("opts"), "memory");
+    Reflect::set(&o, &"historyLimit".into(), &JsValue::from(5)).expect("set");
+    let c = ChatClient::connect(o)
+        .await
+        .map_err(JsValue::from)
+        .expect("connect");
+    wait_for(&c, "live", |v| v.connection == Connection::Live).await;
+    close(&c).await;
 }
 
 #[wasm_bindgen_test]
@@ -364,6 +428,19 @@ async fn the_outbox_survives_a_reload_while_the_server_is_unreachable() {
     );
     assert_eq!(done.messages[0].status, EntryStatus::Sent);
     assert_eq!(done.messages[1].content, "sent while down");
+    // And the server got it exactly once, whatever the two pages tried.
+    let history = server_history(&session).await;
+    let delivered = history
+        .messages
+        .iter()
+        .filter(|m| m.role == WireRole::User && m.client_message_id.as_deref() == Some(&id))
+        .count();
+    assert_eq!(delivered, 1, "delivered exactly once: {history:#?}");
+    assert_eq!(
+        history.messages.len(),
+        2,
+        "one message, one reply: {history:#?}"
+    );
     close(&second).await;
 }
 
@@ -568,4 +645,111 @@ async fn a_cached_turn_the_server_lost_ends_interrupted_instead_of_spinning() {
     assert!(settled.gap, "the SDK knows it could not recover this");
     assert!(!settled.busy, "nothing spins");
     close(&c).await;
+}
+
+#[wasm_bindgen_test]
+async fn a_turn_completed_while_no_client_was_open_is_recovered() {
+    let session = fresh_session("away");
+    set_proxy("up").await;
+    // Through the proxy, whose log shows which calls the second page made.
+    let first = connect(proxy(), &session, "indexeddb").await;
+    let id = send(&first, "/deltas 300").await;
+    let streaming = wait_for(&first, "the reply to be streaming", |v| {
+        reply(v, &id)
+            .is_some_and(|r| r.status == EntryStatus::Streaming && r.content.contains("x3 "))
+    })
+    .await;
+    let turn = reply(&streaming, &id)
+        .and_then(|r| r.turn_id.clone())
+        .expect("a turn id");
+    // The browser closes mid-turn: close writes the cache (the turn streaming) and cancels nothing.
+    close(&first).await;
+
+    // The turn ends on the server while no page listens.
+    let start = js_sys::Date::now();
+    let ended: TurnInfo = loop {
+        let info: TurnInfo =
+            serde_json::from_str(&get_text(&format!("{}/api/turns/{turn}", server())).await)
+                .expect("a turn status");
+        if info.state.is_terminal() {
+            break info;
+        }
+        assert!(
+            js_sys::Date::now() - start < DEADLINE_MS,
+            "the turn did not end: {info:#?}"
+        );
+        sleep_ms(50).await;
+    };
+    assert_eq!(ended.state, TurnState::Completed, "{ended:#?}");
+    let final_text = deltas(300);
+    assert_eq!(ended.text, final_text);
+
+    let seen_before = proxy_log().await.len();
+    let second = connect(proxy(), &session, "indexeddb").await;
+    let cached = view(&second);
+    assert_eq!(
+        cached.messages.len(),
+        2,
+        "the cache shows at once: {cached:#?}"
+    );
+    let bubble = &cached.messages[1];
+    assert_eq!(bubble.key, format!("turn:{turn}"));
+    assert_eq!(
+        bubble.status,
+        EntryStatus::Streaming,
+        "cached as it was when the page closed: {cached:#?}"
+    );
+    assert!(bubble.content.starts_with("x1 x2 x3 "));
+    assert_ne!(bubble.content, final_text, "the page closed mid-turn");
+    assert!(!bubble.recovered);
+
+    let done = wait_for(&second, "the cached bubble to be settled", |v| {
+        v.messages
+            .iter()
+            .any(|e| e.key == format!("turn:{turn}") && e.status != EntryStatus::Streaming)
+    })
+    .await;
+    let users: Vec<&EntryView> = done
+        .messages
+        .iter()
+        .filter(|e| e.role == Role::User)
+        .collect();
+    let replies: Vec<&EntryView> = done
+        .messages
+        .iter()
+        .filter(|e| e.role == Role::Assistant)
+        .collect();
+    assert_eq!(users.len(), 1, "one user entry: {done:#?}");
+    assert_eq!(replies.len(), 1, "one assistant entry: {done:#?}");
+    assert_eq!(users[0].key, id);
+    assert_eq!(users[0].status, EntryStatus::Sent);
+    let r = replies[0];
+    assert_eq!(r.key, format!("turn:{turn}"), "the same bubble, replaced");
+    assert_eq!(r.status, EntryStatus::Complete, "{done:#?}");
+    assert_eq!(
+        r.content, final_text,
+        "the final message, not the cached part"
+    );
+    assert_eq!(
+        r.message_id,
+        ended.message.as_ref().map(|m| m.message_id.clone()),
+        "the message the server wrote"
+    );
+    assert!(
+        r.recovered,
+        "settled after the reload, not by the stream: {done:#?}"
+    );
+    assert!(r.error.is_none());
+    assert!(!done.gap, "nothing was lost: {done:#?}");
+    assert!(!done.busy);
+
+    // The cached streaming entry was checked with the turn-status endpoint.
+    let status_path = format!("GET /api/turns/{turn}");
+    let log = proxy_log().await;
+    let log = log.get(seen_before..).unwrap_or_default();
+    assert!(
+        log.contains(&status_path),
+        "the second page asked {status_path}: {log:#?}"
+    );
+    close(&second).await;
 }

@@ -2,15 +2,19 @@
 // everything to the turnstream server given as argument, and on `POST /__proxy/down` cuts every
 // open connection (streams included) and resets new ones until `POST /__proxy/up`. Prints
 // `listening on http://ADDR` first, like the server. Loopback only.
+//
+// `GET /__proxy/log` answers the requests it forwarded (`["GET /api/turns/t1", ...]`, the newest
+// 10000), so a test can check which calls the SDK made.
 import http from "node:http";
 
 const target = new URL(process.argv[2] ?? "");
 let down = false;
 const sockets = new Set();
+const log = [];
 
 const cors = {
   "access-control-allow-origin": "*",
-  "access-control-allow-methods": "POST, OPTIONS",
+  "access-control-allow-methods": "GET, POST, OPTIONS",
 };
 
 const server = http.createServer((req, res) => {
@@ -24,10 +28,16 @@ const server = http.createServer((req, res) => {
     res.writeHead(204, cors).end();
     return;
   }
+  if (req.url === "/__proxy/log") {
+    res.writeHead(200, { ...cors, "content-type": "application/json" }).end(JSON.stringify(log));
+    return;
+  }
   if (down) {
     req.socket.destroy();
     return;
   }
+  log.push(`${req.method} ${req.url}`);
+  if (log.length > 10000) log.splice(0, log.length - 10000);
   const upstream = http.request(
     {
       host: target.hostname,

@@ -3,8 +3,7 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Promise};
-use serde::Deserialize;
+use js_sys::{Function, Promise, Reflect};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
 };
@@ -78,7 +77,8 @@ export interface AssistantEntry extends EntryBase {
   readonly status: AssistantStatus;
   readonly clientMessageId: null;
   readonly turnId: string;
-  /** Settled by a turn-status check after a reload rather than by the live stream. */
+  /** The turn was still open in this browser's cache and ended while no page listened: its end
+   *  came after a reload, from a turn-status check or history, not from the live stream. */
   readonly recovered: boolean;
   readonly createdAt: null;
 }
@@ -107,49 +107,53 @@ export interface CancelResult {
 }
 "#;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ConnectOptions {
-    #[serde(default)]
-    base_url: Option<String>,
-    session_id: String,
-    #[serde(default)]
-    storage: Option<String>,
-    #[serde(default)]
-    history_limit: Option<u32>,
+/// `options[key]`: `Ok(None)` when absent (undefined or null), `Err` when not of the type.
+fn option<T>(
+    options: &JsValue,
+    key: &str,
+    read: fn(&JsValue) -> Option<T>,
+    error: &str,
+) -> Result<Option<T>, JsError> {
+    let v = Reflect::get(options, &JsValue::from_str(key)).map_err(|_| JsError::new(error))?;
+    if v.is_undefined() || v.is_null() {
+        return Ok(None);
+    }
+    read(&v).map(Some).ok_or_else(|| JsError::new(error))
 }
 
-fn parse_options(value: JsValue) -> Result<Options, JsError> {
-    let o: ConnectOptions = serde_wasm_bindgen::from_value(value)
-        .map_err(|e| JsError::new(&format!("turnstream: invalid options: {e}")))?;
-    if !is_valid_id(&o.session_id) {
-        return Err(JsError::new(
-            "turnstream: sessionId must be 1 to 128 of [A-Za-z0-9_.:-]",
-        ));
+// The messages below spell these out (no formatting machinery for two numbers).
+const _: () = assert!(MAX_HISTORY_LIMIT == 1000 && MAX_CONTENT_BYTES == 65536);
+
+fn parse_options(options: JsValue) -> Result<Options, JsError> {
+    if !options.is_object() {
+        return Err(JsError::new("turnstream: connect takes an options object"));
     }
-    let persistent = match o.storage.as_deref() {
+    const SESSION: &str = "turnstream: sessionId must be 1 to 128 of [A-Za-z0-9_.:-]";
+    const STORAGE: &str = "turnstream: storage must be \"indexeddb\" or \"memory\"";
+    const LIMIT: &str = "turnstream: historyLimit must be a whole number from 1 to 1000";
+    let session_id = option(&options, "sessionId", JsValue::as_string, SESSION)?
+        .filter(|s| is_valid_id(s))
+        .ok_or_else(|| JsError::new(SESSION))?;
+    let base_url = option(
+        &options,
+        "baseUrl",
+        JsValue::as_string,
+        "turnstream: baseUrl must be a string",
+    )?
+    .unwrap_or_default();
+    let persistent = match option(&options, "storage", JsValue::as_string, STORAGE)?.as_deref() {
         None | Some("indexeddb") => true,
         Some("memory") => false,
-        Some(other) => {
-            return Err(JsError::new(&format!(
-                "turnstream: storage must be \"indexeddb\" or \"memory\", not {other:?}"
-            )))
-        }
+        Some(_) => return Err(JsError::new(STORAGE)),
     };
-    let history_limit = o.history_limit.unwrap_or(DEFAULT_HISTORY_LIMIT as u32);
-    if history_limit == 0 || history_limit as usize > MAX_HISTORY_LIMIT {
-        return Err(JsError::new(&format!(
-            "turnstream: historyLimit must be 1 to {MAX_HISTORY_LIMIT}"
-        )));
-    }
+    let history_limit = match option(&options, "historyLimit", JsValue::as_f64, LIMIT)? {
+        None => DEFAULT_HISTORY_LIMIT as u32,
+        Some(n) if n == n.trunc() && (1.0..=1000.0).contains(&n) => n as u32,
+        Some(_) => return Err(JsError::new(LIMIT)),
+    };
     Ok(Options {
-        base_url: o
-            .base_url
-            .unwrap_or_default()
-            .trim()
-            .trim_end_matches('/')
-            .to_owned(),
-        session_id: o.session_id,
+        base_url: base_url.trim().trim_end_matches('/').to_owned(),
+        session_id,
         persistent,
         history_limit,
     })
@@ -204,9 +208,7 @@ impl ChatClient {
                 return Err(js_error("turnstream: a message cannot be empty"));
             }
             if content.len() > MAX_CONTENT_BYTES {
-                return Err(js_error(&format!(
-                    "turnstream: a message is at most {MAX_CONTENT_BYTES} bytes"
-                )));
+                return Err(js_error("turnstream: a message is at most 65536 bytes"));
             }
             let id = inner.send(content).await;
             let out = js_sys::Object::new();
@@ -226,7 +228,7 @@ impl ChatClient {
             inner
                 .cancel(&turn_id)
                 .await
-                .map_err(|e| js_error(&format!("turnstream: cancel failed: {e}")))
+                .map_err(|e| js_error(&["turnstream: cancel failed: ", &e].concat()))
         })
     }
 

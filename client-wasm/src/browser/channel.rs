@@ -7,6 +7,8 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use web_sys::{BroadcastChannel, MessageEvent};
 
+use super::json;
+use crate::codec;
 use crate::tabs::TabMessage;
 
 pub(crate) struct Channel {
@@ -21,13 +23,14 @@ impl Channel {
         session_id: &str,
         on: Rc<dyn Fn(TabMessage)>,
     ) -> Option<Self> {
-        let channel = BroadcastChannel::new(&format!("turnstream:{base_url}:{session_id}")).ok()?;
+        let channel =
+            BroadcastChannel::new(&["turnstream:", base_url, ":", session_id].concat()).ok()?;
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
             // Anything else on the channel (another SDK version, a stray page) is not ours.
             if let Some(msg) = e
                 .data()
                 .as_string()
-                .and_then(|s| serde_json::from_str::<TabMessage>(&s).ok())
+                .and_then(|s| json::read(&s, codec::tab_message))
             {
                 on(msg);
             }
@@ -40,11 +43,10 @@ impl Channel {
     }
 
     pub(crate) fn post(&self, msg: &TabMessage) {
-        if let Ok(json) = serde_json::to_string(msg) {
-            // A closed channel (tab unloading) throws; the fact still reaches siblings through
-            // the server or the shared cache.
-            let _ = self.channel.post_message(&JsValue::from_str(&json));
-        }
+        let json = codec::tab_message_json(msg);
+        // A closed channel (tab unloading) throws; the fact still reaches siblings through the
+        // server or the shared cache.
+        let _ = self.channel.post_message(&JsValue::from_str(&json));
     }
 }
 

@@ -3,12 +3,10 @@
 //! cache writes and the sibling-tab channel — and renders the view for JS subscribers.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap};
 use std::rc::{Rc, Weak};
 
 use js_sys::{Array, Function, Object, Reflect};
-use serde::Serialize;
-use turnstream_protocol::{ErrorDetail, PostMessageResponse, ResyncReason};
+use turnstream_protocol::{ErrorDetail, PostMessageResponse};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::console;
@@ -18,6 +16,8 @@ use super::env::{self, GlobalListener, Waker};
 use super::http::{Endpoint, HttpError};
 use super::storage::Storage;
 use super::stream::{Signal, Stream};
+use crate::codec;
+use crate::reducer::keyed::Keys;
 use crate::reducer::{Connection, Conversation, EntryView};
 use crate::retry::{backoff_ms, classify_post, PostOutcome};
 use crate::tabs::TabMessage;
@@ -52,7 +52,8 @@ enum LoopSignal {
 struct Rendered {
     revision: Option<u64>,
     state: JsValue,
-    entries: HashMap<String, (EntryView, JsValue)>,
+    /// In view order.
+    entries: Vec<(EntryView, JsValue)>,
 }
 
 pub(crate) struct Client {
@@ -77,7 +78,7 @@ pub(crate) struct Client {
     closed: Cell<bool>,
     /// client_message_ids this tab (or its earlier page load) created: the ones it posts when the
     /// browser has no Web Locks to share the outbox safely.
-    own: RefCell<BTreeSet<String>>,
+    own: RefCell<Keys>,
     outbox_running: Cell<bool>,
     outbox_again: Cell<bool>,
     /// The browser's resume position on the current stream.
@@ -124,7 +125,7 @@ impl Client {
             signal: Cell::new(None),
             net_waker: Waker::default(),
             closed: Cell::new(false),
-            own: RefCell::new(BTreeSet::new()),
+            own: RefCell::new(Keys::new()),
             outbox_running: Cell::new(false),
             outbox_again: Cell::new(false),
             last_event_id: RefCell::new(None),
@@ -215,20 +216,35 @@ impl Client {
         }
         let view = conv.view();
         drop(conv);
-        let ser = serde_wasm_bindgen::Serializer::new().serialize_missing_as_null(true);
         let messages = Array::new();
-        let mut entries = HashMap::with_capacity(view.messages.len());
-        for e in view.messages {
-            let js = match r.entries.remove(&e.key) {
-                Some((old, js)) if old == e => js,
+        let mut old: Vec<Option<(EntryView, JsValue)>> = std::mem::take(&mut r.entries)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut entries = Vec::with_capacity(view.messages.len());
+        // The previous render is in view order too, and bubbles rarely move: look where the
+        // last match suggests first, then everywhere.
+        let mut shift = 0isize;
+        for (i, e) in view.messages.into_iter().enumerate() {
+            let is_it =
+                |o: &Option<(EntryView, JsValue)>| o.as_ref().is_some_and(|(v, _)| v.key == e.key);
+            let guess = i
+                .checked_add_signed(shift)
+                .filter(|&g| old.get(g).is_some_and(is_it));
+            let found = guess.or_else(|| old.iter().position(is_it));
+            if let Some(j) = found {
+                shift = j as isize - i as isize;
+            }
+            let js = match found.and_then(|j| old.get_mut(j)).and_then(Option::take) {
+                Some((prev, js)) if prev == e => js,
                 _ => {
-                    let js = e.serialize(&ser).unwrap_or(JsValue::NULL);
-                    Object::freeze(&Object::from(js.clone()));
-                    js
+                    let js = entry_js(&e);
+                    Object::freeze(&js);
+                    js.into()
                 }
             };
             messages.push(&js);
-            entries.insert(e.key.clone(), (e, js));
+            entries.push((e, js));
         }
         Object::freeze(&messages);
         let state = Object::new();
@@ -383,13 +399,10 @@ impl Client {
                 self.update(|c| c.apply_event(&e));
             }
             Signal::Resync(r) => {
-                let reason = match r.reason {
-                    ResyncReason::Invalid => "invalid",
-                    ResyncReason::Epoch => "epoch",
-                    ResyncReason::Expired => "expired",
-                    ResyncReason::Future => "future",
-                };
-                warn("the server asked for a history resync", reason);
+                warn(
+                    "the server asked for a history resync",
+                    codec::resync_reason_name(r.reason),
+                );
                 self.signal.set(Some(LoopSignal::Resync));
                 self.signal_waker.wake_all();
             }
@@ -477,7 +490,7 @@ impl Client {
     pub(crate) async fn send(self: &Rc<Self>, content: String) -> String {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
-        self.own.borrow_mut().insert(client_message_id.clone());
+        self.own.borrow_mut().add(client_message_id.clone());
         self.update(|c| c.send_local(&client_message_id, &content, created_at));
         self.broadcast(&TabMessage::Optimistic {
             session_id: self.endpoint.session_id.clone(),
@@ -504,10 +517,13 @@ impl Client {
         spawn_local(async move {
             loop {
                 me.outbox_again.set(false);
-                let lock = format!(
-                    "turnstream-outbox:{}:{}",
-                    me.endpoint.base_url, me.endpoint.session_id
-                );
+                let lock = [
+                    "turnstream-outbox:",
+                    &me.endpoint.base_url,
+                    ":",
+                    &me.endpoint.session_id,
+                ]
+                .concat();
                 // One tab posts at a time (the client_message_id makes a double post harmless,
                 // but not free). Without Web Locks, each tab posts only its own messages.
                 if !env::with_lock(&lock, me.clone().drain_outbox(true)).await {
@@ -531,9 +547,7 @@ impl Client {
                 let own = self.own.borrow();
                 self.conv
                     .borrow()
-                    .outbox()
-                    .into_iter()
-                    .find(|(id, _)| everyone || own.contains(id))
+                    .next_to_post(|id| everyone || own.contains(id))
             };
             let Some((client_message_id, content)) = next else {
                 return;
@@ -565,7 +579,7 @@ impl Client {
                         Some(retry_after.map(|s| s.saturating_mul(1000)))
                     }
                 },
-                Err(HttpError::Network(_)) | Err(HttpError::Decode(_)) => Some(None),
+                Err(HttpError::Network(_)) | Err(HttpError::Decode) => Some(None),
             };
             match wait {
                 None => attempt = 0,
@@ -662,7 +676,7 @@ impl Client {
             .map_err(|e| e.message())?;
         let out = Object::new();
         set(&out, "turnId", &resp.turn_id.as_str().into());
-        set(&out, "state", &resp.state.as_str().into());
+        set(&out, "state", &codec::turn_state_name(resp.state).into());
         Ok(out.into())
     }
 
@@ -697,5 +711,50 @@ fn set(target: &Object, key: &str, value: &JsValue) {
 }
 
 fn warn(what: &str, detail: &str) {
-    console::warn_1(&format!("turnstream: {what}: {detail}").into());
+    console::warn_1(&["turnstream: ", what, ": ", detail].concat().into());
+}
+
+fn opt_str(v: &Option<String>) -> JsValue {
+    v.as_deref().map_or(JsValue::NULL, JsValue::from_str)
+}
+
+/// One entry as JS sees it (the `ChatEntry` of the TypeScript declarations).
+fn entry_js(e: &EntryView) -> Object {
+    let o = Object::new();
+    set(&o, "key", &e.key.as_str().into());
+    set(&o, "role", &e.role.as_str().into());
+    set(&o, "content", &e.content.as_str().into());
+    set(&o, "status", &e.status.as_str().into());
+    set(&o, "messageId", &opt_str(&e.message_id));
+    set(&o, "clientMessageId", &opt_str(&e.client_message_id));
+    set(&o, "turnId", &opt_str(&e.turn_id));
+    set(&o, "thinking", &e.thinking.as_str().into());
+    let tools = Array::new();
+    for t in &e.tools {
+        let js = Object::new();
+        set(&js, "callId", &t.call_id.as_str().into());
+        set(&js, "name", &t.name.as_str().into());
+        set(&js, "status", &codec::tool_status_name(t.status).into());
+        set(&js, "inputPreview", &opt_str(&t.input_preview));
+        set(&js, "outputPreview", &opt_str(&t.output_preview));
+        tools.push(&js);
+    }
+    set(&o, "tools", &tools);
+    set(&o, "recovered", &e.recovered.into());
+    let error = match &e.error {
+        Some(err) => {
+            let js = Object::new();
+            set(&js, "code", &err.code.as_str().into());
+            set(&js, "message", &err.message.as_str().into());
+            js.into()
+        }
+        None => JsValue::NULL,
+    };
+    set(&o, "error", &error);
+    // Unix milliseconds: well inside what a JS number holds exactly.
+    let created_at = e
+        .created_at
+        .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
+    set(&o, "createdAt", &created_at);
+    o
 }

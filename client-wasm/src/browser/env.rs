@@ -28,7 +28,20 @@ pub(crate) fn random() -> f64 {
 pub(crate) fn new_client_message_id() -> String {
     let hi = (random() * 4_294_967_296.0) as u64;
     let lo = (random() * 4_294_967_296.0) as u64;
-    format!("c-{:x}-{:016x}", now_ms(), (hi << 32) | lo)
+    let mut id = "c-".to_owned();
+    push_hex(&mut id, u64::try_from(now_ms()).unwrap_or_default(), 1);
+    id.push('-');
+    push_hex(&mut id, (hi << 32) | lo, 16);
+    id
+}
+
+/// `n` in lowercase hex, at least `width` digits.
+fn push_hex(out: &mut String, n: u64, width: usize) {
+    let digits = (16 - n.leading_zeros() as usize / 4).max(width);
+    for i in (0..digits).rev() {
+        let d = ((n >> (i * 4)) & 15) as u32;
+        out.push(char::from_digit(d, 16).unwrap_or('0'));
+    }
 }
 
 fn get(target: &JsValue, key: &str) -> Option<JsValue> {

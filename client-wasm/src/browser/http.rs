@@ -1,14 +1,18 @@
-//! The REST calls of contract v1, over fetch (gloo-net). Every answer is decoded into the
-//! protocol crate's types; nothing from the network is unwrapped.
+//! The REST calls of contract v1, over the global `fetch`. Every answer is read into the protocol
+//! crate's types by [`crate::codec`]; nothing from the network is unwrapped.
 
-use gloo_net::http::{Request, Response};
+use js_sys::{Function, Object, Promise, Reflect};
 use turnstream_protocol::{
-    CancelResponse, ErrorBody, ErrorDetail, HistoryResponse, PostMessageRequest,
-    PostMessageResponse, TurnInfo, CURSOR_HEADER,
+    CancelResponse, ErrorDetail, HistoryResponse, PostMessageResponse, TurnInfo, CURSOR_HEADER,
 };
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use web_sys::Response;
+
+use super::json;
+use crate::codec;
 
 /// What went wrong with a request.
-#[derive(Debug)]
 pub(crate) enum HttpError {
     /// No answer at all (offline, server down, CORS refused).
     Network(String),
@@ -20,23 +24,26 @@ pub(crate) enum HttpError {
         retry_after: Option<u32>,
     },
     /// The answer did not parse.
-    Decode(String),
+    Decode,
 }
 
 impl HttpError {
     pub(crate) fn message(&self) -> String {
         match self {
-            HttpError::Network(m) => format!("network error: {m}"),
+            HttpError::Network(m) => ["network error: ", m].concat(),
             HttpError::Status { status, error, .. } => {
-                format!("{} ({status}): {}", error.code, error.message)
+                let mut s = [&error.code, " ("].concat();
+                codec::write_int(&mut s, i64::from(*status));
+                s.push_str("): ");
+                s.push_str(&error.message);
+                s
             }
-            HttpError::Decode(m) => format!("unexpected answer: {m}"),
+            HttpError::Decode => "unexpected answer".to_owned(),
         }
     }
 }
 
 /// Where the server is and which session we speak of.
-#[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
     /// No trailing slash; empty means the page's own origin.
     pub(crate) base_url: String,
@@ -48,27 +55,37 @@ fn enc(s: &str) -> String {
 }
 
 impl Endpoint {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base_url)
+    fn url(&self, parts: &[&str]) -> String {
+        let mut url = self.base_url.clone();
+        for p in parts {
+            url.push_str(p);
+        }
+        url
     }
 
     pub(crate) fn stream_url(&self, cursor: &str) -> String {
-        self.url(&format!(
-            "/api/stream?session={}&cursor={}&snapshot=1",
-            enc(&self.session_id),
-            enc(cursor)
-        ))
+        self.url(&[
+            "/api/stream?session=",
+            &enc(&self.session_id),
+            "&cursor=",
+            &enc(cursor),
+            "&snapshot=1",
+        ])
     }
 
     /// `GET /history`: the latest page and the journal cursor it was read at.
     pub(crate) async fn history(&self, limit: u32) -> Result<(HistoryResponse, String), HttpError> {
-        let url = self.url(&format!(
-            "/api/sessions/{}/history?limit={limit}",
-            enc(&self.session_id)
-        ));
-        let resp = send(Request::get(&url)).await?;
-        let header = resp.headers().get(CURSOR_HEADER);
-        let history: HistoryResponse = decode(resp).await?;
+        let mut limit_s = String::new();
+        codec::write_int(&mut limit_s, i64::from(limit));
+        let url = self.url(&[
+            "/api/sessions/",
+            &enc(&self.session_id),
+            "/history?limit=",
+            &limit_s,
+        ]);
+        let resp = fetch("GET", &url, None).await?;
+        let header = resp.headers().get(CURSOR_HEADER).ok().flatten();
+        let history = decode(resp, codec::history).await?;
         // The header and the body name the same position; the header is the documented one.
         let cursor = header.unwrap_or_else(|| history.cursor.clone());
         Ok((history, cursor))
@@ -81,22 +98,20 @@ impl Endpoint {
         client_message_id: &str,
         content: &str,
     ) -> Result<PostMessageResponse, HttpError> {
-        let url = self.url(&format!("/api/sessions/{}/messages", enc(&self.session_id)));
-        let body = PostMessageRequest {
-            content: content.to_owned(),
-            client_message_id: Some(client_message_id.to_owned()),
-        };
-        let req = Request::post(&url)
-            .json(&body)
-            .map_err(|e| HttpError::Decode(e.to_string()))?;
-        decode(send_built(req).await?).await
+        let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/messages"]);
+        let body = codec::post_request_json(content, client_message_id);
+        decode(
+            fetch("POST", &url, Some(&body)).await?,
+            codec::post_response,
+        )
+        .await
     }
 
     /// `GET /api/turns/{turn}`; `None` when the server does not know the turn.
     pub(crate) async fn turn(&self, turn_id: &str) -> Result<Option<TurnInfo>, HttpError> {
-        let url = self.url(&format!("/api/turns/{}", enc(turn_id)));
-        match send(Request::get(&url)).await {
-            Ok(resp) => decode(resp).await.map(Some),
+        let url = self.url(&["/api/turns/", &enc(turn_id)]);
+        match fetch("GET", &url, None).await {
+            Ok(resp) => decode(resp, codec::turn_info).await.map(Some),
             // Only the server's own "no such turn" means lost; a proxy's 404 does not.
             Err(HttpError::Status {
                 status: 404, error, ..
@@ -107,23 +122,51 @@ impl Endpoint {
 
     /// `POST /api/turns/{turn}/cancel`.
     pub(crate) async fn cancel(&self, turn_id: &str) -> Result<CancelResponse, HttpError> {
-        let url = self.url(&format!("/api/turns/{}/cancel", enc(turn_id)));
-        decode(send(Request::post(&url)).await?).await
+        let url = self.url(&["/api/turns/", &enc(turn_id), "/cancel"]);
+        decode(fetch("POST", &url, None).await?, codec::cancel_response).await
     }
 }
 
-async fn send(builder: gloo_net::http::RequestBuilder) -> Result<Response, HttpError> {
-    let req = builder
-        .build()
-        .map_err(|e| HttpError::Network(e.to_string()))?;
-    send_built(req).await
+fn set(target: &Object, key: &str, value: &JsValue) {
+    let _ = Reflect::set(target, &JsValue::from_str(key), value);
 }
 
-async fn send_built(req: gloo_net::http::Request) -> Result<Response, HttpError> {
-    let resp = req
-        .send()
+/// What a rejected promise or a thrown value says.
+pub(crate) fn describe(e: &JsValue) -> String {
+    Reflect::get(e, &JsValue::from_str("message"))
+        .ok()
+        .and_then(|m| m.as_string())
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| "failed".to_owned())
+}
+
+/// `fetch(url, {method, body})`: the response when its status is 2xx, else what it says.
+async fn fetch(method: &str, url: &str, json_body: Option<&str>) -> Result<Response, HttpError> {
+    let global = js_sys::global();
+    let fetch = Reflect::get(&global, &JsValue::from_str("fetch"))
+        .ok()
+        .and_then(|f| f.dyn_into::<Function>().ok())
+        .ok_or_else(|| HttpError::Network("no fetch in this environment".to_owned()))?;
+    let init = Object::new();
+    set(&init, "method", &JsValue::from_str(method));
+    if let Some(body) = json_body {
+        let headers = Object::new();
+        set(
+            &headers,
+            "Content-Type",
+            &JsValue::from_str("application/json"),
+        );
+        set(&init, "headers", &headers);
+        set(&init, "body", &JsValue::from_str(body));
+    }
+    let promise = fetch
+        .call2(&global, &JsValue::from_str(url), &init)
+        .map_err(|e| HttpError::Network(describe(&e)))?;
+    let promise: Promise = promise.unchecked_into();
+    let resp: Response = JsFuture::from(promise)
         .await
-        .map_err(|e| HttpError::Network(e.to_string()))?;
+        .map_err(|e| HttpError::Network(describe(&e)))?
+        .unchecked_into();
     if resp.ok() {
         return Ok(resp);
     }
@@ -131,14 +174,18 @@ async fn send_built(req: gloo_net::http::Request) -> Result<Response, HttpError>
     let retry_after = resp
         .headers()
         .get("retry-after")
+        .ok()
+        .flatten()
         .and_then(|v| v.trim().parse().ok());
-    let text = resp.text().await.unwrap_or_default();
-    let error = serde_json::from_str::<ErrorBody>(&text)
-        .map(|b| b.error)
-        .unwrap_or_else(|_| ErrorDetail {
-            code: format!("http_{status}"),
+    let text = text(&resp).await.unwrap_or_default();
+    let error = json::read(&text, codec::error_body).unwrap_or_else(|| {
+        let mut code = "http_".to_owned();
+        codec::write_int(&mut code, i64::from(status));
+        ErrorDetail {
+            code,
             message: text.chars().take(200).collect(),
-        });
+        }
+    });
     Err(HttpError::Status {
         status,
         error,
@@ -146,10 +193,16 @@ async fn send_built(req: gloo_net::http::Request) -> Result<Response, HttpError>
     })
 }
 
-async fn decode<T: serde::de::DeserializeOwned>(resp: Response) -> Result<T, HttpError> {
-    let text = resp
-        .text()
+async fn text(resp: &Response) -> Result<String, HttpError> {
+    let promise = resp.text().map_err(|e| HttpError::Network(describe(&e)))?;
+    JsFuture::from(promise)
         .await
-        .map_err(|e| HttpError::Network(e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| HttpError::Decode(e.to_string()))
+        .map_err(|e| HttpError::Network(describe(&e)))?
+        .as_string()
+        .ok_or(HttpError::Decode)
+}
+
+async fn decode<T>(resp: Response, read: fn(&JsValue) -> Option<T>) -> Result<T, HttpError> {
+    let text = text(&resp).await?;
+    json::read(&text, read).ok_or(HttpError::Decode)
 }

@@ -9,6 +9,7 @@ mod channel;
 mod client;
 mod env;
 mod http;
+mod json;
 mod storage;
 mod stream;
 

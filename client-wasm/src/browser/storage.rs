@@ -4,10 +4,17 @@
 //! Tabs of one session write the same record. A write reads the record, joins it with the tab's
 //! view and writes the join, all in one readwrite transaction (IndexedDB runs those one at a
 //! time), so no tab erases what another queued.
+//!
+//! The record is the JSON of [`CacheRecord`] (see [`crate::codec`]), stored as a string.
 
-use rexie::{ObjectStore, Rexie, TransactionMode};
-use wasm_bindgen::JsValue;
+use js_sys::{Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{IdbDatabase, IdbFactory, IdbRequest, IdbTransaction, IdbTransactionMode};
 
+use super::http::describe;
+use super::json;
+use crate::codec;
 use crate::reducer::{CacheRecord, Conversation};
 
 const DB_NAME: &str = "turnstream";
@@ -18,22 +25,70 @@ const KEEP: usize = 1000;
 
 pub(crate) enum Storage {
     Memory,
-    IndexedDb { db: Rexie, key: String },
+    IndexedDb { db: IdbDatabase, key: String },
+}
+
+/// Resolves once `req` succeeded (with its result) or failed.
+async fn done(req: &IdbRequest) -> Result<JsValue, String> {
+    let settled = Promise::new(&mut |resolve, reject| {
+        req.set_onsuccess(Some(&resolve));
+        req.set_onerror(Some(&reject));
+    });
+    let outcome = JsFuture::from(settled).await;
+    req.set_onsuccess(None);
+    req.set_onerror(None);
+    match outcome {
+        Ok(_) => req.result().map_err(|e| describe(&e)),
+        Err(_) => Err(request_error(req)),
+    }
+}
+
+fn request_error(target: &JsValue) -> String {
+    Reflect::get(target, &JsValue::from_str("error"))
+        .map(|e| describe(&e))
+        .unwrap_or_else(|e| describe(&e))
+}
+
+/// Resolves once `tx` committed.
+async fn committed(tx: &IdbTransaction) -> Result<(), String> {
+    let settled = Promise::new(&mut |resolve, reject| {
+        tx.set_oncomplete(Some(&resolve));
+        tx.set_onerror(Some(&reject));
+        tx.set_onabort(Some(&reject));
+    });
+    let outcome = JsFuture::from(settled).await;
+    tx.set_oncomplete(None);
+    tx.set_onerror(None);
+    tx.set_onabort(None);
+    outcome.map(|_| ()).map_err(|_| request_error(tx))
 }
 
 impl Storage {
     /// Opens IndexedDB; `None` where it is unavailable (some private modes), so the caller can
     /// fall back to memory and say so.
     pub(crate) async fn indexed_db(base_url: &str, session_id: &str) -> Option<Storage> {
-        let db = Rexie::builder(DB_NAME)
-            .version(DB_VERSION)
-            .add_object_store(ObjectStore::new(STORE))
-            .build()
-            .await
-            .ok()?;
+        let factory: IdbFactory = Reflect::get(&js_sys::global(), &JsValue::from_str("indexedDB"))
+            .ok()
+            .filter(JsValue::is_object)?
+            .unchecked_into();
+        let open = factory.open_with_u32(DB_NAME, DB_VERSION).ok()?;
+        let req = open.clone();
+        let upgrade = Closure::<dyn FnMut(JsValue)>::new(move |_| {
+            // Version 1 is the first: the store cannot exist yet (if it did, this throws and
+            // changes nothing).
+            if let Ok(db) = req.result() {
+                let _ = db
+                    .unchecked_into::<IdbDatabase>()
+                    .create_object_store(STORE);
+            }
+        });
+        open.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
+        let db = done(&open).await;
+        open.set_onupgradeneeded(None);
+        drop(upgrade);
         Some(Storage::IndexedDb {
-            db,
-            key: format!("{base_url}|{session_id}"),
+            db: db.ok()?.unchecked_into(),
+            key: [base_url, "|", session_id].concat(),
         })
     }
 
@@ -45,15 +100,13 @@ impl Storage {
         let Storage::IndexedDb { db, key } = self else {
             return Ok(None);
         };
-        let tx = db
-            .transaction(&[STORE], TransactionMode::ReadOnly)
-            .map_err(|e| e.to_string())?;
-        let store = tx.store(STORE).map_err(|e| e.to_string())?;
-        let value = store
-            .get(JsValue::from_str(key))
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(value.and_then(|v| v.as_string()).and_then(|s| parse(&s)))
+        let tx = db.transaction_with_str(STORE).map_err(|e| describe(&e))?;
+        let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
+        let req = store
+            .get(&JsValue::from_str(key))
+            .map_err(|e| describe(&e))?;
+        let value = done(&req).await?;
+        Ok(value.as_string().and_then(|s| parse(&s)))
     }
 
     /// Writes the join of `conv` and what is stored.
@@ -62,29 +115,28 @@ impl Storage {
             return Ok(());
         };
         let tx = db
-            .transaction(&[STORE], TransactionMode::ReadWrite)
-            .map_err(|e| e.to_string())?;
-        let store = tx.store(STORE).map_err(|e| e.to_string())?;
+            .transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite)
+            .map_err(|e| describe(&e))?;
+        let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
         let key = JsValue::from_str(key);
         // Nothing but IndexedDB requests is awaited until the put: a foreign await would let
         // the transaction commit under us.
-        let stored = store.get(key.clone()).await.map_err(|e| e.to_string())?;
+        let req = store.get(&key).map_err(|e| describe(&e))?;
+        let stored = done(&req).await?;
         let mut merged = conv.clone();
-        if let Some(rec) = stored.and_then(|v| v.as_string()).and_then(|s| parse(&s)) {
+        if let Some(rec) = stored.as_string().and_then(|s| parse(&s)) {
             merged.apply_cache(&rec);
         }
-        let json =
-            serde_json::to_string(&merged.to_cache_bounded(KEEP)).map_err(|e| e.to_string())?;
-        store
-            .put(&JsValue::from_str(&json), Some(&key))
-            .await
-            .map_err(|e| e.to_string())?;
-        tx.done().await.map_err(|e| e.to_string())?;
-        Ok(())
+        let json = codec::cache_record_json(&merged.to_cache_bounded(KEEP));
+        let req = store
+            .put_with_key(&JsValue::from_str(&json), &key)
+            .map_err(|e| describe(&e))?;
+        done(&req).await?;
+        committed(&tx).await
     }
 }
 
-fn parse(json: &str) -> Option<CacheRecord> {
+fn parse(text: &str) -> Option<CacheRecord> {
     // A record of another format version is dropped, not misread.
-    serde_json::from_str(json).ok()
+    json::read(text, codec::cache_record)
 }

@@ -10,6 +10,9 @@ use turnstream_protocol::{
 use wasm_bindgen::prelude::*;
 use web_sys::{EventSource, MessageEvent};
 
+use super::json;
+use crate::codec;
+
 /// What the stream tells the client.
 pub(crate) enum Signal {
     /// The response started: we are live.
@@ -48,7 +51,7 @@ impl Stream {
         let h = on.clone();
         stream.listen(SNAPSHOT_EVENT, move |e| {
             h(
-                match data(&e).and_then(|d| serde_json::from_str::<Snapshot>(&d).ok()) {
+                match data(&e).and_then(|d| json::read(&d, codec::snapshot)) {
                     Some(s) => Signal::Snapshot(s),
                     None => Signal::Garbled(SNAPSHOT_EVENT),
                 },
@@ -62,15 +65,13 @@ impl Stream {
                     .dyn_ref::<MessageEvent>()
                     .map(|m| m.last_event_id())
                     .unwrap_or_default();
-                h(
-                    match data(&e).and_then(|d| serde_json::from_str::<Event>(&d).ok()) {
-                        Some(ev) => {
-                            let last = if last.is_empty() { ev.id.clone() } else { last };
-                            Signal::Event(Box::new(ev), last)
-                        }
-                        None => Signal::Garbled(kind),
-                    },
-                )
+                h(match data(&e).and_then(|d| json::read(&d, codec::event)) {
+                    Some(ev) => {
+                        let last = if last.is_empty() { ev.id.clone() } else { last };
+                        Signal::Event(Box::new(ev), last)
+                    }
+                    None => Signal::Garbled(kind),
+                })
             });
         }
 
@@ -80,12 +81,10 @@ impl Stream {
             // Close here, inside the handler: otherwise the browser reconnects with the same
             // dead Last-Event-ID and is told the same thing forever.
             src.close();
-            h(
-                match data(&e).and_then(|d| serde_json::from_str::<ResyncRequired>(&d).ok()) {
-                    Some(r) => Signal::Resync(r),
-                    None => Signal::Garbled(RESYNC_EVENT),
-                },
-            )
+            h(match data(&e).and_then(|d| json::read(&d, codec::resync)) {
+                Some(r) => Signal::Resync(r),
+                None => Signal::Garbled(RESYNC_EVENT),
+            })
         });
 
         let h = on;

@@ -170,7 +170,8 @@ pub struct AssistantEntry {
     pub progress: Progress,
     #[serde(rename = "final")]
     pub fin: Option<Final>,
-    /// Settled by a turn-status check rather than by the stream.
+    /// Open in a cache when the page loaded, and ended while no page listened: settled by a
+    /// turn-status check or by history rather than by the stream.
     pub recovered: bool,
 }
 

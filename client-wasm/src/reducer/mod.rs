@@ -10,9 +10,11 @@
 //! an earlier one, and an event at or below the position already folded is a duplicate.
 
 pub mod entry;
+pub mod keyed;
 pub mod view;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
 use turnstream_protocol::{
@@ -21,6 +23,7 @@ use turnstream_protocol::{
 };
 
 use entry::{AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus};
+use keyed::{Keyed, Keys};
 use view::{assistant_view, user_view, Place};
 pub use view::{Connection, EntryStatus, EntryView, Role, ToolView, View};
 
@@ -38,24 +41,60 @@ pub struct CacheRecord {
     pub turns: Vec<AssistantEntry>,
 }
 
+enum Either<'a> {
+    User(&'a UserEntry),
+    Turn(&'a AssistantEntry),
+}
+
+/// An entry with its place in the view, ordered by `(place, key)`.
+struct Placed<'a> {
+    place: Place,
+    key: &'a str,
+    entry: Either<'a>,
+}
+
+impl Ord for Placed<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (&self.place, self.key).cmp(&(&other.place, other.key))
+    }
+}
+
+impl PartialOrd for Placed<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Placed<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Placed<'_> {}
+
 /// One session's conversation. See the module docs.
 #[derive(Debug, Clone)]
 pub struct Conversation {
     session_id: String,
     /// Journal the server-derived entries belong to; a history of another epoch resets them.
     epoch: Option<String>,
-    users: BTreeMap<String, UserEntry>,
-    turns: BTreeMap<String, AssistantEntry>,
+    users: Keyed<UserEntry>,
+    turns: Keyed<AssistantEntry>,
     /// turn_id -> key of the user message that started it.
-    turn_user: BTreeMap<String, String>,
+    turn_user: Keyed<String>,
     connection: Connection,
     gap: bool,
     /// Highest journal sequence the stream delivered.
     high_water: Option<i64>,
     /// Turns whose fate the journal did not tell: to be asked with `GET /api/turns/{turn}`.
-    to_check: BTreeSet<String>,
+    to_check: Keys,
     /// Of those, the ones handed out and not answered yet.
-    checking: BTreeSet<String>,
+    checking: Keys,
+    /// Turns a cache showed open whose end may have come while no page listened: until a
+    /// snapshot or a status check says they are still running (the stream then carries their
+    /// end), an end learned from history or a status check marks them `recovered`.
+    left_open: Keys,
     /// Bumped on every change, so a caller can tell "same view" cheaply.
     revision: u64,
     send_counter: u64,
@@ -66,14 +105,15 @@ impl Conversation {
         Conversation {
             session_id: session_id.into(),
             epoch: None,
-            users: BTreeMap::new(),
-            turns: BTreeMap::new(),
-            turn_user: BTreeMap::new(),
+            users: Keyed::new(),
+            turns: Keyed::new(),
+            turn_user: Keyed::new(),
             connection: Connection::Connecting,
             gap: false,
             high_water: None,
-            to_check: BTreeSet::new(),
-            checking: BTreeSet::new(),
+            to_check: Keys::new(),
+            checking: Keys::new(),
+            left_open: Keys::new(),
             revision: 0,
             send_counter: 0,
         }
@@ -130,7 +170,8 @@ impl Conversation {
                 changed |= self.join_turn(t);
                 if !self.turns.get(&t.turn_id).is_some_and(|a| a.is_final()) {
                     // Cached mid-turn: its end may have happened while no page listened.
-                    self.to_check.insert(t.turn_id.clone());
+                    self.to_check.add(t.turn_id.clone());
+                    self.left_open.add(t.turn_id.clone());
                 }
             }
         }
@@ -158,12 +199,14 @@ impl Conversation {
             return false;
         };
         let mut changed = false;
-        let mut active = BTreeSet::new();
+        let mut active = Keys::new();
         for at in &s.active_turns {
             if at.session_id != self.session_id || at.state.is_terminal() {
                 continue;
             }
-            active.insert(at.turn_id.clone());
+            active.add(at.turn_id.clone());
+            // Still running as of the stream's position: the stream will carry its end.
+            self.left_open.remove(&at.turn_id);
             let a = self.turn_mut(&at.turn_id, &mut changed);
             changed |= a.note_anchor(Some(seq));
             if !a.is_final() {
@@ -411,6 +454,7 @@ impl Conversation {
             Some(_) => {}
         }
         self.to_check.remove(turn_id);
+        self.left_open.remove(turn_id);
         self.touch(changed)
     }
 
@@ -434,9 +478,9 @@ impl Conversation {
     pub fn take_turns_to_check(&mut self) -> Vec<String> {
         let out: Vec<String> = self
             .to_check
-            .iter()
-            .filter(|t| !self.checking.contains(*t))
-            .filter(|t| self.turns.get(*t).is_some_and(|a| !a.is_final()))
+            .keys()
+            .filter(|t| !self.checking.contains(t))
+            .filter(|t| self.turns.get(t).is_some_and(|a| !a.is_final()))
             .cloned()
             .collect();
         self.checking.extend(out.iter().cloned());
@@ -455,11 +499,26 @@ impl Conversation {
             .values()
             .filter(|u| u.status == UserStatus::Sending)
             .collect();
-        pending.sort_by_key(|u| (u.created_at, u.send_order, u.key.clone()));
+        // Keys are unique, so an unstable sort orders them all the same (with less code).
+        pending.sort_unstable_by(|a, b| {
+            (a.created_at, a.send_order, &a.key).cmp(&(b.created_at, b.send_order, &b.key))
+        });
         pending
             .into_iter()
             .map(|u| (u.key.clone(), u.content.clone()))
             .collect()
+    }
+
+    /// The oldest message still to post whose client_message_id `allowed` accepts: the first
+    /// of [`Conversation::outbox`] that does (without sorting them all).
+    pub fn next_to_post(&self, allowed: impl Fn(&str) -> bool) -> Option<(String, String)> {
+        self.users
+            .values()
+            .filter(|u| u.status == UserStatus::Sending && allowed(&u.key))
+            .min_by(|a, b| {
+                (a.created_at, a.send_order, &a.key).cmp(&(b.created_at, b.send_order, &b.key))
+            })
+            .map(|u| (u.key.clone(), u.content.clone()))
     }
 
     /// Whether a message is still waiting for the server.
@@ -483,9 +542,14 @@ impl Conversation {
     /// one): unsent messages and open turns are always kept, as they are what a reload must
     /// not lose. Older bubbles come back from history when its page reaches them.
     pub fn to_cache_bounded(&self, keep: usize) -> CacheRecord {
+        if self.users.len() + self.turns.len() <= keep {
+            // Fewer entries than positions to keep: nothing to drop.
+            return self.to_cache();
+        }
         let mut anchors: Vec<i64> = self.users.values().filter_map(|u| u.seq).collect();
         anchors.extend(self.turns.values().filter_map(|a| self.introduced_at(a)));
-        anchors.sort_unstable();
+        // (A heap sort: far less code in the package than `sort_unstable`.)
+        let mut anchors = BinaryHeap::from(anchors).into_sorted_vec();
         anchors.dedup();
         let Some(&cutoff) = anchors.len().checked_sub(keep).and_then(|i| anchors.get(i)) else {
             return self.to_cache();
@@ -510,8 +574,7 @@ impl Conversation {
     }
 
     pub fn view(&self) -> View {
-        let mut placed: Vec<(Place, &str, EntryView)> =
-            Vec::with_capacity(self.users.len() + self.turns.len());
+        let mut placed: Vec<Placed<'_>> = Vec::with_capacity(self.users.len() + self.turns.len());
         for u in self.users.values() {
             let place = match u.seq {
                 Some(seq) => Place::Journal { seq, rank: 0 },
@@ -520,22 +583,38 @@ impl Conversation {
                     send_order: u.send_order,
                 },
             };
-            placed.push((place, &u.key, user_view(u)));
+            placed.push(Placed {
+                place,
+                key: &u.key,
+                entry: Either::User(u),
+            });
         }
         for a in self.turns.values() {
             let place = match self.introduced_at(a) {
                 Some(seq) => Place::Journal { seq, rank: 1 },
                 None => Place::Unknown,
             };
-            placed.push((place, &a.turn_id, assistant_view(a)));
+            placed.push(Placed {
+                place,
+                key: &a.turn_id,
+                entry: Either::Turn(a),
+            });
         }
-        placed.sort_by(|x, y| (&x.0, x.1).cmp(&(&y.0, y.1)));
+        // (place, key) is unique (a user message and a reply never share a place), so any
+        // sort gives the one order; a heap sort is the least code in the package.
+        let placed = BinaryHeap::from(placed).into_sorted_vec();
         View {
             session_id: self.session_id.clone(),
             connection: self.connection,
             busy: self.turns.values().any(|a| !a.is_final()),
             gap: self.gap,
-            messages: placed.into_iter().map(|(_, _, v)| v).collect(),
+            messages: placed
+                .iter()
+                .map(|p| match p.entry {
+                    Either::User(u) => user_view(u),
+                    Either::Turn(a) => assistant_view(a),
+                })
+                .collect(),
         }
     }
 
@@ -583,11 +662,12 @@ impl Conversation {
                 self.epoch = Some(epoch.to_owned());
                 let had = !self.turns.is_empty()
                     || self.users.values().any(|u| u.status == UserStatus::Sent);
-                self.users.retain(|_, u| u.status != UserStatus::Sent);
+                self.users.retain(|u| u.status != UserStatus::Sent);
                 self.turns.clear();
                 self.turn_user.clear();
                 self.to_check.clear();
                 self.checking.clear();
+                self.left_open.clear();
                 self.high_water = None;
                 if had {
                     self.gap = true;
@@ -629,7 +709,11 @@ impl Conversation {
                     return false;
                 };
                 let mut changed = false;
+                // A turn cached mid-turn that ended while no page listened is recovered,
+                // whether its status check or history answers first.
+                let unheard = self.left_open.contains(turn_id);
                 let a = self.turn_mut(turn_id, &mut changed);
+                let was_final = a.is_final();
                 changed |= a.note_anchor(seq);
                 changed |= a.offer_final(Final {
                     status: m.status,
@@ -639,6 +723,10 @@ impl Conversation {
                     truncated: false,
                     error: None,
                 });
+                if unheard && !was_final && !a.recovered {
+                    a.recovered = true;
+                    changed = true;
+                }
                 self.settled(turn_id);
                 changed
             }
@@ -648,13 +736,13 @@ impl Conversation {
     fn settled(&mut self, turn_id: &str) {
         self.to_check.remove(turn_id);
         self.checking.remove(turn_id);
+        self.left_open.remove(turn_id);
     }
 
     fn join_user(&mut self, incoming: UserEntry) -> bool {
         if let Some(turn_id) = &incoming.turn_id {
             self.turn_user
-                .entry(turn_id.clone())
-                .or_insert_with(|| incoming.key.clone());
+                .get_or_insert_with(turn_id, || incoming.key.clone());
         }
         match self.users.get_mut(&incoming.key) {
             Some(existing) => {
@@ -685,7 +773,7 @@ impl Conversation {
     }
 
     fn turn_mut(&mut self, turn_id: &str, changed: &mut bool) -> &mut AssistantEntry {
-        self.turns.entry(turn_id.to_owned()).or_insert_with(|| {
+        self.turns.get_or_insert_with(turn_id, || {
             *changed = true;
             AssistantEntry::new(turn_id)
         })
@@ -693,8 +781,8 @@ impl Conversation {
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
-mod props;
+pub(crate) mod props;
 #[cfg(all(test, not(target_arch = "wasm32")))]
-mod sim;
+pub(crate) mod sim;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests;

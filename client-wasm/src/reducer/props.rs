@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use turnstream_protocol::{ErrorDetail, ToolStatus};
 
 use super::sim::{self, End, Sender, SimSession, Step, TurnSpec};
-use super::{CacheRecord, Conversation, Role, View};
+use super::{CacheRecord, Conversation, EntryStatus, Role, View};
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
@@ -32,7 +32,7 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn turn() -> impl Strategy<Value = TurnSpec> {
+pub(crate) fn turn() -> impl Strategy<Value = TurnSpec> {
     (
         prop_oneof![
             2 => Just(Sender::Local),
@@ -59,7 +59,7 @@ fn turn() -> impl Strategy<Value = TurnSpec> {
 
 /// Everything one tab can be handed, in the order it is handed them.
 #[derive(Debug, Clone)]
-enum Feed {
+pub(crate) enum Feed {
     Cache(CacheRecord),
     History(i64),
     Snapshot(i64),
@@ -234,11 +234,10 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
     }
 }
 
-fn run(s: &SimSession, feeds: &[Feed], check_revision: bool) -> Conversation {
-    let mut c = Conversation::new(sim::SESSION);
-    for f in feeds {
-        let before = check_revision.then(|| (c.revision(), c.view()));
-        let changed = match f {
+impl Feed {
+    /// Hands this to `c`; whether it changed.
+    pub(crate) fn apply(&self, s: &SimSession, c: &mut Conversation) -> bool {
+        match self {
             Feed::Cache(rec) => c.apply_cache(rec),
             Feed::History(at) => c.apply_history(&s.history_at(*at)),
             Feed::Snapshot(at) => c.apply_snapshot(&s.snapshot_at(*at)),
@@ -254,7 +253,30 @@ fn run(s: &SimSession, feeds: &[Feed], check_revision: bool) -> Conversation {
                 )
             }
             Feed::Resync => c.mark_gap(),
-        };
+        }
+    }
+}
+
+/// What one tab of `s` may be handed, in order (for other modules' tests).
+pub(crate) fn feeds_of(s: &SimSession, dice: &[u8]) -> Vec<Feed> {
+    plan(s, dice, 1).feeds
+}
+
+fn run(s: &SimSession, feeds: &[Feed], check_revision: bool) -> Conversation {
+    let mut c = Conversation::new(sim::SESSION);
+    for f in feeds {
+        let before = check_revision.then(|| (c.revision(), c.view()));
+        let changed = f.apply(s, &mut c);
+        if check_revision {
+            // The browser posts with `next_to_post`: it is the outbox's first, filter or not.
+            let outbox = c.outbox();
+            assert_eq!(c.next_to_post(|_| true), outbox.first().cloned());
+            let odd = |id: &str| id.len() % 2 == 1;
+            assert_eq!(
+                c.next_to_post(odd),
+                outbox.into_iter().find(|(id, _)| odd(id))
+            );
+        }
         if let Some((rev, view)) = before {
             // The glue trusts `revision`: an unchanged revision must mean an unchanged view.
             assert_eq!(
@@ -312,6 +334,47 @@ fn strip(v: &mut View, turns: &BTreeSet<String>) {
     }
 }
 
+/// Turns a cache handed to the client showed open: the only ones whose end it may learn other
+/// than live, and so the only ones that may be `recovered`.
+fn open_in(caches: &[&CacheRecord]) -> BTreeSet<String> {
+    caches
+        .iter()
+        .flat_map(|rec| rec.turns.iter())
+        .filter(|t| !t.is_final())
+        .map(|t| t.turn_id.clone())
+        .collect()
+}
+
+fn plan_caches(p: &Plan) -> Vec<&CacheRecord> {
+    p.feeds
+        .iter()
+        .filter_map(|f| match f {
+            Feed::Cache(rec) => Some(rec),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `recovered` tells how the client learned a turn's end (after a reload rather than live), which
+/// a client that heard the whole journal in order never does. Checks that only a finished turn
+/// some cache showed open carries it, then clears it for the comparison.
+fn forget_recovery(v: &mut View, may_recover: &BTreeSet<String>) {
+    for e in &mut v.messages {
+        if e.recovered {
+            let turn = e.turn_id.clone().unwrap_or_default();
+            assert!(
+                may_recover.contains(&turn),
+                "{turn} is recovered but no cache showed it open"
+            );
+            assert!(
+                !matches!(e.status, EntryStatus::Queued | EntryStatus::Streaming),
+                "{turn} is recovered but still open"
+            );
+            e.recovered = false;
+        }
+    }
+}
+
 /// The canonical view itself is what a chat should show: one bubble per message and per turn,
 /// in journal order, each reply right after the message that started its turn.
 fn assert_well_formed(s: &SimSession, p: &Plan, v: &View) {
@@ -362,14 +425,17 @@ proptest! {
 
         let mut got = run(&s, &p.feeds, true).view();
         let hidden = unknowable(&s, &p);
+        let may_recover = open_in(&plan_caches(&p));
         strip(&mut expected, &hidden);
         strip(&mut got, &hidden);
+        forget_recovery(&mut got, &may_recover);
         prop_assert_eq!(&got, &expected);
 
         // Hearing everything twice (a sibling's relays, replays after reconnects) changes nothing.
         let twice: Vec<Feed> = p.feeds.iter().chain(p.feeds.iter()).cloned().collect();
         let mut again = run(&s, &twice, false).view();
         strip(&mut again, &hidden);
+        forget_recovery(&mut again, &may_recover);
         prop_assert_eq!(&again, &expected);
     }
 
@@ -390,7 +456,7 @@ proptest! {
         let first = run(&s, &p.feeds[..at], false);
         let json = serde_json::to_string(&first.to_cache()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let rec: CacheRecord = serde_json::from_str(&json).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        let mut rest = vec![Feed::Cache(rec)];
+        let mut rest = vec![Feed::Cache(rec.clone())];
         // The reloaded page starts over: history, snapshot and stream from a fresh cursor.
         rest.push(Feed::History(p.head));
         rest.push(Feed::Snapshot(p.head));
@@ -399,6 +465,11 @@ proptest! {
         if p.resynced { second.mark_gap(); }
         let mut got = second.view();
         let mut want = expected;
+        let mut caches = plan_caches(&p);
+        caches.push(&rec);
+        let may_recover = open_in(&caches);
+        forget_recovery(&mut got, &may_recover);
+        forget_recovery(&mut want, &may_recover);
         // A reload crosses (cut, head] by history alone: telemetry of turns ended in there is
         // only as good as what the first page saw.
         let hidden: BTreeSet<String> = s.sent.iter().map(|m| m.turn_id.clone()).collect();

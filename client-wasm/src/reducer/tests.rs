@@ -377,6 +377,125 @@ fn recovery_completes_a_cached_turn_from_its_status() {
     assert!(!c.view().busy);
 }
 
+/// After a reload, history (asked first) and the status check race: whichever answers first,
+/// the cached bubble ends the same way, `recovered` included.
+#[test]
+fn recovery_does_not_depend_on_which_answer_comes_first() {
+    let page = history(
+        "e1-9",
+        vec![
+            user_msg(1, 1, Some("c1"), "q"),
+            reply(9, 1, MessageStatus::Complete, "partial and done"),
+        ],
+    );
+    let status = info(
+        1,
+        TurnState::Completed,
+        "partial and done",
+        Some(reply(9, 1, MessageStatus::Complete, "partial and done")),
+    );
+
+    let mut history_first = Conversation::new(S);
+    history_first.apply_cache(&cached_mid_turn());
+    assert_eq!(history_first.take_turns_to_check(), vec!["t1".to_owned()]);
+    assert!(history_first.apply_history(&page));
+    let e = &history_first.view().messages[1];
+    assert_eq!(e.status, EntryStatus::Complete);
+    assert_eq!(e.content, "partial and done");
+    assert!(
+        e.recovered,
+        "settled by history after a reload, not by the stream"
+    );
+    history_first.apply_turn_info("t1", Some(&status));
+
+    let mut status_first = Conversation::new(S);
+    status_first.apply_cache(&cached_mid_turn());
+    status_first.take_turns_to_check();
+    assert!(status_first.apply_turn_info("t1", Some(&status)));
+    status_first.apply_history(&page);
+
+    assert_eq!(history_first.view(), status_first.view());
+    assert!(!history_first.view().gap);
+    assert!(!history_first.view().busy);
+
+    // Even when the status check never got out (offline), history still settles it the same way.
+    let mut unchecked = Conversation::new(S);
+    unchecked.apply_cache(&cached_mid_turn());
+    unchecked.apply_history(&page);
+    assert!(unchecked.view().messages[1].recovered);
+    assert!(
+        unchecked.take_turns_to_check().is_empty(),
+        "nothing left to ask"
+    );
+}
+
+/// `recovered` says the end was not heard live: a turn the stream ends is never recovered, even
+/// one that was cached mid-turn before the reload.
+#[test]
+fn a_turn_ended_by_the_stream_is_not_recovered() {
+    let mut live = Conversation::new(S);
+    live.apply_history(&history("e1-0", vec![]));
+    live.apply_event(&received(1, 1, Some("c1"), "q"));
+    live.apply_event(&ended(2, 1, TurnState::Completed, "done"));
+    // A later history reload carrying the same reply changes nothing.
+    live.apply_history(&history(
+        "e1-2",
+        vec![
+            user_msg(1, 1, Some("c1"), "q"),
+            reply(2, 1, MessageStatus::Complete, "done"),
+        ],
+    ));
+    assert!(!live.view().messages[1].recovered);
+
+    let mut reloaded = Conversation::new(S);
+    reloaded.apply_cache(&cached_mid_turn());
+    reloaded.take_turns_to_check();
+    reloaded.apply_turn_info(
+        "t1",
+        Some(&info(1, TurnState::Running, "partial more", None)),
+    );
+    reloaded.apply_event(&ended(9, 1, TurnState::Completed, "partial more"));
+    reloaded.apply_history(&history(
+        "e1-9",
+        vec![
+            user_msg(1, 1, Some("c1"), "q"),
+            reply(9, 1, MessageStatus::Complete, "partial more"),
+        ],
+    ));
+    let e = &reloaded.view().messages[1];
+    assert_eq!(e.status, EntryStatus::Complete);
+    assert!(!e.recovered);
+}
+
+/// A cached turn the reloaded page's snapshot still shows running is followed live from there:
+/// an end it later learns from a resync's history is not `recovered` (the gap says what was lost).
+#[test]
+fn a_cached_turn_the_snapshot_shows_running_is_followed_live() {
+    let mut c = Conversation::new(S);
+    c.apply_cache(&cached_mid_turn());
+    c.take_turns_to_check();
+    c.apply_history(&history("e1-5", vec![user_msg(1, 1, Some("c1"), "q")]));
+    let mut turn = ActiveTurn::new("t1", S);
+    turn.state = TurnState::Running;
+    turn.text = "partial more".into();
+    c.apply_snapshot(&Snapshot {
+        cursor: "e1-5".into(),
+        active_turns: vec![turn],
+    });
+    c.mark_gap();
+    c.apply_history(&history(
+        "e1-9",
+        vec![
+            user_msg(1, 1, Some("c1"), "q"),
+            reply(9, 1, MessageStatus::Complete, "partial more"),
+        ],
+    ));
+    let v = c.view();
+    assert_eq!(v.messages[1].status, EntryStatus::Complete);
+    assert!(!v.messages[1].recovered);
+    assert!(v.gap);
+}
+
 #[test]
 fn recovery_of_a_lost_turn_ends_it_interrupted_and_says_so() {
     let mut c = Conversation::new(S);
@@ -520,6 +639,39 @@ fn view_json_is_camel_case_with_closed_unions() {
     assert_eq!(json["messages"][0]["role"], "user");
     assert_eq!(json["messages"][0]["messageId"], serde_json::Value::Null);
     assert!(matches!(c.view().messages[0].role, Role::User));
+    // The browser renders these names by hand: they are serde's.
+    for status in [
+        EntryStatus::Sending,
+        EntryStatus::Sent,
+        EntryStatus::Rejected,
+        EntryStatus::Queued,
+        EntryStatus::Streaming,
+        EntryStatus::Complete,
+        EntryStatus::Cancelled,
+        EntryStatus::Failed,
+        EntryStatus::Interrupted,
+    ] {
+        assert_eq!(
+            serde_json::to_value(status).ok(),
+            Some(status.as_str().into())
+        );
+    }
+    for role in [Role::User, Role::Assistant] {
+        assert_eq!(serde_json::to_value(role).ok(), Some(role.as_str().into()));
+    }
+    for connection in [
+        Connection::Connecting,
+        Connection::Live,
+        Connection::Reconnecting,
+        Connection::Resyncing,
+        Connection::Offline,
+        Connection::Closed,
+    ] {
+        assert_eq!(
+            serde_json::to_value(connection).ok(),
+            Some(connection.as_str().into())
+        );
+    }
 }
 
 #[test]

@@ -44,6 +44,15 @@ pub enum Role {
     Assistant,
 }
 
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
 /// `sending|sent|rejected` for user entries, `queued|streaming|complete|cancelled|failed|interrupted`
 /// for assistant entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +67,22 @@ pub enum EntryStatus {
     Cancelled,
     Failed,
     Interrupted,
+}
+
+impl EntryStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryStatus::Sending => "sending",
+            EntryStatus::Sent => "sent",
+            EntryStatus::Rejected => "rejected",
+            EntryStatus::Queued => "queued",
+            EntryStatus::Streaming => "streaming",
+            EntryStatus::Complete => "complete",
+            EntryStatus::Cancelled => "cancelled",
+            EntryStatus::Failed => "failed",
+            EntryStatus::Interrupted => "interrupted",
+        }
+    }
 }
 
 /// A tool call as shown.
@@ -98,7 +123,8 @@ pub struct EntryView {
     pub turn_id: Option<String>,
     pub thinking: String,
     pub tools: Vec<ToolView>,
-    /// Settled by a turn-status check after a reload, not by the live stream.
+    /// The turn ended while no page listened and was settled after a reload (status check or
+    /// history), not by the live stream.
     pub recovered: bool,
     pub error: Option<EntryError>,
     /// Unix milliseconds (the sender's clock until the server's is known); `null` for replies.

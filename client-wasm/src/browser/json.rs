@@ -1,0 +1,39 @@
+//! [`crate::codec`] on browser values: the browser parses the JSON (`JSON.parse`), the codec
+//! walks the result.
+
+use js_sys::{Array, Reflect};
+use wasm_bindgen::{JsCast, JsValue};
+
+use crate::codec::Value;
+
+impl Value for JsValue {
+    fn get(&self, key: &str) -> Option<Self> {
+        if !self.is_object() {
+            return None;
+        }
+        Reflect::get(self, &JsValue::from_str(key))
+            .ok()
+            .filter(|v| !v.is_undefined() && !v.is_null())
+    }
+
+    fn string(&self) -> Option<String> {
+        self.as_string()
+    }
+
+    fn number(&self) -> Option<f64> {
+        self.as_f64()
+    }
+
+    fn boolean(&self) -> Option<bool> {
+        self.as_bool()
+    }
+
+    fn items(&self) -> Option<Vec<Self>> {
+        Array::is_array(self).then(|| self.unchecked_ref::<Array>().iter().collect())
+    }
+}
+
+/// Parses `text` and reads it with `read`; `None` when either fails.
+pub(crate) fn read<T>(text: &str, read: fn(&JsValue) -> Option<T>) -> Option<T> {
+    read(&js_sys::JSON::parse(text).ok()?)
+}

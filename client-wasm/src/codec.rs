@@ -1,0 +1,734 @@
+//! The JSON the SDK reads and writes, by hand instead of through serde's derives (which, with
+//! serde_json, were most of the package's size). In the browser, JSON is parsed by the browser
+//! (`JSON.parse`) and [`Value`] walks the result; a small writer produces the cache record, the
+//! tab messages and the request bodies.
+//!
+//! The shapes are exactly those of the serde derives on the same types (the native tests check
+//! both directions against serde_json), so the server's answers read the same, and a cache or a
+//! tab message written by an SDK built with serde reads the same too.
+//!
+//! Readers return `None` for anything that does not have the expected shape: a missing required
+//! field, a field of the wrong type, an unknown enum value. Unknown fields are ignored, a `null`
+//! reads as a missing field, and a missing array as an empty one.
+
+use turnstream_protocol::{
+    ActiveTurn, CancelResponse, ErrorDetail, Event, EventBody, HistoryResponse, Message,
+    MessageStatus, PostMessageResponse, ResyncReason, ResyncRequired, Role as WireRole, Snapshot,
+    ToolCall, ToolStatus, Truncation, TurnInfo, TurnState,
+};
+
+use crate::reducer::entry::{
+    AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus,
+};
+use crate::reducer::CacheRecord;
+use crate::tabs::TabMessage;
+
+/// A parsed JSON value: a `JsValue` from `JSON.parse` in the browser, `serde_json::Value` in the
+/// native tests.
+pub trait Value: Sized {
+    /// The member `key` of an object; `None` when absent, `null`, or `self` is not an object.
+    fn get(&self, key: &str) -> Option<Self>;
+    fn string(&self) -> Option<String>;
+    fn number(&self) -> Option<f64>;
+    fn boolean(&self) -> Option<bool>;
+    /// The elements of an array.
+    fn items(&self) -> Option<Vec<Self>>;
+}
+
+// ----- reading: fields -----
+
+fn string<V: Value>(v: &V, key: &str) -> Option<String> {
+    v.get(key)?.string()
+}
+
+/// A string field that defaults to empty when missing.
+fn string_or_empty<V: Value>(v: &V, key: &str) -> Option<String> {
+    match v.get(key) {
+        None => Some(String::new()),
+        Some(x) => x.string(),
+    }
+}
+
+/// `Some(None)` when missing; `None` (a bad shape) when present but not a string.
+fn opt_string<V: Value>(v: &V, key: &str) -> Option<Option<String>> {
+    match v.get(key) {
+        None => Some(None),
+        Some(x) => x.string().map(Some),
+    }
+}
+
+/// A whole number that a JS number holds exactly (below 2^53 in magnitude: from there on, a
+/// parsed number may have been rounded).
+fn int_of<V: Value>(v: &V) -> Option<i64> {
+    let n = v.number()?;
+    (n == n.trunc() && n.abs() < 9_007_199_254_740_992.0).then_some(n as i64)
+}
+
+fn int<V: Value>(v: &V, key: &str) -> Option<i64> {
+    int_of(&v.get(key)?)
+}
+
+fn opt_int<V: Value>(v: &V, key: &str) -> Option<Option<i64>> {
+    match v.get(key) {
+        None => Some(None),
+        Some(x) => int_of(&x).map(Some),
+    }
+}
+
+fn boolean<V: Value>(v: &V, key: &str) -> Option<bool> {
+    v.get(key)?.boolean()
+}
+
+/// An array field; missing reads as empty.
+fn list<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Vec<T>> {
+    match v.get(key) {
+        None => Some(Vec::new()),
+        Some(x) => x.items()?.iter().map(item).collect(),
+    }
+}
+
+fn opt<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Option<T>> {
+    match v.get(key) {
+        None => Some(None),
+        Some(x) => item(&x).map(Some),
+    }
+}
+
+/// An enum written as one of `names` (in variant order).
+fn variant<V: Value, T: Copy>(v: &V, key: &str, names: &[&str], values: &[T]) -> Option<T> {
+    let s = string(v, key)?;
+    let i = names.iter().position(|n| *n == s)?;
+    values.get(i).copied()
+}
+
+// ----- enums -----
+
+const TURN_STATES: [&str; 6] = [
+    "queued",
+    "running",
+    "completed",
+    "cancelled",
+    "failed",
+    "interrupted",
+];
+const TURN_STATE_VALUES: [TurnState; 6] = [
+    TurnState::Queued,
+    TurnState::Running,
+    TurnState::Completed,
+    TurnState::Cancelled,
+    TurnState::Failed,
+    TurnState::Interrupted,
+];
+const MESSAGE_STATUSES: [&str; 4] = ["complete", "interrupted", "cancelled", "failed"];
+const MESSAGE_STATUS_VALUES: [MessageStatus; 4] = [
+    MessageStatus::Complete,
+    MessageStatus::Interrupted,
+    MessageStatus::Cancelled,
+    MessageStatus::Failed,
+];
+const TOOL_STATUSES: [&str; 4] = ["started", "progress", "finished", "failed"];
+const TOOL_STATUS_VALUES: [ToolStatus; 4] = [
+    ToolStatus::Started,
+    ToolStatus::Progress,
+    ToolStatus::Finished,
+    ToolStatus::Failed,
+];
+const ROLES: [&str; 2] = ["user", "assistant"];
+const ROLE_VALUES: [WireRole; 2] = [WireRole::User, WireRole::Assistant];
+const RESYNC_REASONS: [&str; 4] = ["invalid", "epoch", "expired", "future"];
+const RESYNC_REASON_VALUES: [ResyncReason; 4] = [
+    ResyncReason::Invalid,
+    ResyncReason::Epoch,
+    ResyncReason::Expired,
+    ResyncReason::Future,
+];
+const USER_STATUSES: [&str; 3] = ["sending", "rejected", "sent"];
+const USER_STATUS_VALUES: [UserStatus; 3] =
+    [UserStatus::Sending, UserStatus::Rejected, UserStatus::Sent];
+const FINAL_SOURCES: [&str; 3] = ["lost", "state", "message"];
+const FINAL_SOURCE_VALUES: [FinalSource; 3] =
+    [FinalSource::Lost, FinalSource::State, FinalSource::Message];
+
+fn name_of<T: PartialEq>(value: T, names: &[&'static str], values: &[T]) -> &'static str {
+    values
+        .iter()
+        .position(|v| *v == value)
+        .and_then(|i| names.get(i).copied())
+        .unwrap_or_default()
+}
+
+pub fn turn_state_name(s: TurnState) -> &'static str {
+    name_of(s, &TURN_STATES, &TURN_STATE_VALUES)
+}
+
+pub fn tool_status_name(s: ToolStatus) -> &'static str {
+    name_of(s, &TOOL_STATUSES, &TOOL_STATUS_VALUES)
+}
+
+fn message_status_name(s: MessageStatus) -> &'static str {
+    name_of(s, &MESSAGE_STATUSES, &MESSAGE_STATUS_VALUES)
+}
+
+pub fn resync_reason_name(r: ResyncReason) -> &'static str {
+    name_of(r, &RESYNC_REASONS, &RESYNC_REASON_VALUES)
+}
+
+// ----- reading: the wire types -----
+
+pub fn message<V: Value>(v: &V) -> Option<Message> {
+    Some(Message {
+        message_id: string(v, "message_id")?,
+        client_message_id: opt_string(v, "client_message_id")?,
+        role: variant(v, "role", &ROLES, &ROLE_VALUES)?,
+        content: string(v, "content")?,
+        status: variant(v, "status", &MESSAGE_STATUSES, &MESSAGE_STATUS_VALUES)?,
+        turn_id: opt_string(v, "turn_id")?,
+        created_at: int(v, "created_at")?,
+        event_id: string(v, "event_id")?,
+    })
+}
+
+pub fn tool_call<V: Value>(v: &V) -> Option<ToolCall> {
+    Some(ToolCall {
+        call_id: string(v, "call_id")?,
+        name: string(v, "name")?,
+        status: variant(v, "status", &TOOL_STATUSES, &TOOL_STATUS_VALUES)?,
+        input_preview: opt_string(v, "input_preview")?,
+        output_preview: opt_string(v, "output_preview")?,
+    })
+}
+
+fn truncation<V: Value>(v: &V) -> Option<Truncation> {
+    let size = int(v, "original_size")?;
+    Some(Truncation {
+        field: string(v, "field")?,
+        original_size: usize::try_from(size).ok()?,
+    })
+}
+
+/// A journaled event (the `data:` of a stream frame).
+pub fn event<V: Value>(v: &V) -> Option<Event> {
+    let body = match string(v, "kind")?.as_str() {
+        "message_received" => EventBody::MessageReceived {
+            message: message(&v.get("message")?)?,
+        },
+        "turn_queued" => EventBody::TurnQueued {},
+        "turn_started" => EventBody::TurnStarted {},
+        "thinking" => EventBody::Thinking {
+            delta: string(v, "delta")?,
+        },
+        "tool" => EventBody::Tool(tool_call(v)?),
+        "response_delta" => EventBody::ResponseDelta {
+            delta: string(v, "delta")?,
+        },
+        "turn_ended" => EventBody::TurnEnded {
+            state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+            message: opt(v, "message", message)?,
+            error: opt_string(v, "error")?,
+        },
+        _ => return None,
+    };
+    Some(Event {
+        id: string(v, "id")?,
+        session_id: string(v, "session_id")?,
+        ts: int(v, "ts")?,
+        turn_id: opt_string(v, "turn_id")?,
+        body,
+        truncated: list(v, "truncated", truncation)?,
+    })
+}
+
+fn active_turn<V: Value>(v: &V) -> Option<ActiveTurn> {
+    Some(ActiveTurn {
+        turn_id: string(v, "turn_id")?,
+        session_id: string(v, "session_id")?,
+        state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+        thinking: string(v, "thinking")?,
+        tools: list(v, "tools", tool_call)?,
+        text: string(v, "text")?,
+    })
+}
+
+pub fn snapshot<V: Value>(v: &V) -> Option<Snapshot> {
+    Some(Snapshot {
+        cursor: string(v, "cursor")?,
+        active_turns: list(v, "active_turns", active_turn)?,
+    })
+}
+
+pub fn resync<V: Value>(v: &V) -> Option<ResyncRequired> {
+    Some(ResyncRequired {
+        reason: variant(v, "reason", &RESYNC_REASONS, &RESYNC_REASON_VALUES)?,
+    })
+}
+
+pub fn history<V: Value>(v: &V) -> Option<HistoryResponse> {
+    Some(HistoryResponse {
+        session_id: string(v, "session_id")?,
+        messages: list(v, "messages", message)?,
+        cursor: string(v, "cursor")?,
+        has_more: match v.get("has_more") {
+            None => false,
+            Some(b) => b.boolean()?,
+        },
+    })
+}
+
+pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
+    Some(TurnInfo {
+        turn_id: string(v, "turn_id")?,
+        session_id: string(v, "session_id")?,
+        state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+        created_at: int(v, "created_at")?,
+        started_at: opt_int(v, "started_at")?,
+        ended_at: opt_int(v, "ended_at")?,
+        text: string(v, "text")?,
+        thinking: string_or_empty(v, "thinking")?,
+        tools: list(v, "tools", tool_call)?,
+        message: opt(v, "message", message)?,
+        error: opt_string(v, "error")?,
+    })
+}
+
+pub fn post_response<V: Value>(v: &V) -> Option<PostMessageResponse> {
+    Some(PostMessageResponse {
+        message_id: string(v, "message_id")?,
+        client_message_id: opt_string(v, "client_message_id")?,
+        turn_id: string(v, "turn_id")?,
+        event_id: string(v, "event_id")?,
+    })
+}
+
+pub fn cancel_response<V: Value>(v: &V) -> Option<CancelResponse> {
+    Some(CancelResponse {
+        turn_id: string(v, "turn_id")?,
+        state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+    })
+}
+
+fn error_detail<V: Value>(v: &V) -> Option<ErrorDetail> {
+    Some(ErrorDetail {
+        code: string(v, "code")?,
+        message: string(v, "message")?,
+    })
+}
+
+/// The detail of an error answer, `{"error": {"code", "message"}}`.
+pub fn error_body<V: Value>(v: &V) -> Option<ErrorDetail> {
+    error_detail(&v.get("error")?)
+}
+
+// ----- reading: the cache and the tab messages -----
+
+fn entry_error<V: Value>(v: &V) -> Option<EntryError> {
+    Some(EntryError {
+        code: string(v, "code")?,
+        message: string(v, "message")?,
+    })
+}
+
+fn user_entry<V: Value>(v: &V) -> Option<UserEntry> {
+    Some(UserEntry {
+        key: string(v, "key")?,
+        client_message_id: opt_string(v, "client_message_id")?,
+        message_id: opt_string(v, "message_id")?,
+        turn_id: opt_string(v, "turn_id")?,
+        content: string(v, "content")?,
+        created_at: int(v, "created_at")?,
+        seq: opt_int(v, "seq")?,
+        status: variant(v, "status", &USER_STATUSES, &USER_STATUS_VALUES)?,
+        error: opt(v, "error", entry_error)?,
+        from_server: boolean(v, "from_server")?,
+        send_order: u64::try_from(int(v, "send_order")?).ok()?,
+    })
+}
+
+fn progress<V: Value>(v: &V) -> Option<Progress> {
+    Some(Progress {
+        through: opt_int(v, "through")?,
+        running: boolean(v, "running")?,
+        text: string(v, "text")?,
+        thinking: string(v, "thinking")?,
+        tools: list(v, "tools", tool_call)?,
+    })
+}
+
+fn final_of<V: Value>(v: &V) -> Option<Final> {
+    Some(Final {
+        status: variant(v, "status", &MESSAGE_STATUSES, &MESSAGE_STATUS_VALUES)?,
+        source: variant(v, "source", &FINAL_SOURCES, &FINAL_SOURCE_VALUES)?,
+        message_id: opt_string(v, "message_id")?,
+        content: string(v, "content")?,
+        truncated: boolean(v, "truncated")?,
+        error: opt_string(v, "error")?,
+    })
+}
+
+fn assistant_entry<V: Value>(v: &V) -> Option<AssistantEntry> {
+    Some(AssistantEntry {
+        turn_id: string(v, "turn_id")?,
+        anchor: opt_int(v, "anchor")?,
+        progress: progress(&v.get("progress")?)?,
+        fin: opt(v, "final", final_of)?,
+        recovered: boolean(v, "recovered")?,
+    })
+}
+
+pub fn cache_record<V: Value>(v: &V) -> Option<CacheRecord> {
+    Some(CacheRecord {
+        version: u32::try_from(int(v, "version")?).ok()?,
+        session_id: string(v, "session_id")?,
+        epoch: opt_string(v, "epoch")?,
+        users: list(v, "users", user_entry)?,
+        turns: list(v, "turns", assistant_entry)?,
+    })
+}
+
+pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
+    let session_id = string(v, "session_id")?;
+    Some(match string(v, "type")?.as_str() {
+        "optimistic" => TabMessage::Optimistic {
+            session_id,
+            client_message_id: string(v, "client_message_id")?,
+            content: string(v, "content")?,
+            created_at: int(v, "created_at")?,
+        },
+        "posted" => TabMessage::Posted {
+            session_id,
+            response: post_response(&v.get("response")?)?,
+        },
+        "rejected" => TabMessage::Rejected {
+            session_id,
+            client_message_id: string(v, "client_message_id")?,
+            error: error_detail(&v.get("error")?)?,
+        },
+        "recovered" => TabMessage::Recovered {
+            session_id,
+            turn_id: string(v, "turn_id")?,
+            info: opt(v, "info", turn_info)?.map(Box::new),
+        },
+        _ => return None,
+    })
+}
+
+// ----- writing -----
+
+/// Builds one JSON object: `Obj::new(out)`, then `key`/`str`/... pairs, then `end`.
+pub struct Obj<'a> {
+    out: &'a mut String,
+    first: bool,
+}
+
+impl<'a> Obj<'a> {
+    pub fn new(out: &'a mut String) -> Self {
+        out.push('{');
+        Obj { out, first: true }
+    }
+
+    /// Writes `"key":` and hands out the buffer for the value.
+    pub fn key(&mut self, key: &str) -> &mut String {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        write_str(self.out, key);
+        self.out.push(':');
+        self.out
+    }
+
+    pub fn str(&mut self, key: &str, value: &str) -> &mut Self {
+        write_str(self.key(key), value);
+        self
+    }
+
+    pub fn opt_str(&mut self, key: &str, value: Option<&str>) -> &mut Self {
+        match value {
+            Some(s) => write_str(self.key(key), s),
+            None => self.key(key).push_str("null"),
+        }
+        self
+    }
+
+    pub fn int(&mut self, key: &str, value: i64) -> &mut Self {
+        write_int(self.key(key), value);
+        self
+    }
+
+    pub fn opt_int(&mut self, key: &str, value: Option<i64>) -> &mut Self {
+        match value {
+            Some(n) => write_int(self.key(key), n),
+            None => self.key(key).push_str("null"),
+        }
+        self
+    }
+
+    pub fn bool(&mut self, key: &str, value: bool) -> &mut Self {
+        self.key(key).push_str(if value { "true" } else { "false" });
+        self
+    }
+
+    pub fn list<T>(&mut self, key: &str, items: &[T], write: fn(&mut String, &T)) -> &mut Self {
+        let out = self.key(key);
+        out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write(out, item);
+        }
+        out.push(']');
+        self
+    }
+
+    pub fn end(&mut self) {
+        self.out.push('}');
+    }
+}
+
+/// A JSON string literal.
+pub fn write_str(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let b = c as usize;
+                out.push_str("\\u00");
+                out.push(char::from(HEX[b >> 4]));
+                out.push(char::from(HEX[b & 15]));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// A decimal integer (without core::fmt).
+pub fn write_int(out: &mut String, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push('-');
+    }
+    for &d in &digits[i..] {
+        out.push(char::from(d));
+    }
+}
+
+fn write_message(out: &mut String, m: &Message) {
+    Obj::new(out)
+        .str("message_id", &m.message_id)
+        .opt_str("client_message_id", m.client_message_id.as_deref())
+        .str(
+            "role",
+            match m.role {
+                WireRole::User => "user",
+                WireRole::Assistant => "assistant",
+            },
+        )
+        .str("content", &m.content)
+        .str("status", message_status_name(m.status))
+        .opt_str("turn_id", m.turn_id.as_deref())
+        .int("created_at", m.created_at)
+        .str("event_id", &m.event_id)
+        .end();
+}
+
+fn write_tool(out: &mut String, t: &ToolCall) {
+    let mut o = Obj::new(out);
+    o.str("call_id", &t.call_id)
+        .str("name", &t.name)
+        .str("status", tool_status_name(t.status));
+    // Skipped when absent, as the protocol's serde does.
+    if let Some(p) = &t.input_preview {
+        o.str("input_preview", p);
+    }
+    if let Some(p) = &t.output_preview {
+        o.str("output_preview", p);
+    }
+    o.end();
+}
+
+fn write_turn_info(out: &mut String, t: &TurnInfo) {
+    let mut o = Obj::new(out);
+    o.str("turn_id", &t.turn_id)
+        .str("session_id", &t.session_id)
+        .str("state", turn_state_name(t.state))
+        .int("created_at", t.created_at)
+        .opt_int("started_at", t.started_at)
+        .opt_int("ended_at", t.ended_at)
+        .str("text", &t.text)
+        .str("thinking", &t.thinking)
+        .list("tools", &t.tools, write_tool);
+    match &t.message {
+        Some(m) => write_message(o.key("message"), m),
+        None => o.key("message").push_str("null"),
+    }
+    o.opt_str("error", t.error.as_deref()).end();
+}
+
+fn write_post_response(out: &mut String, r: &PostMessageResponse) {
+    Obj::new(out)
+        .str("message_id", &r.message_id)
+        .opt_str("client_message_id", r.client_message_id.as_deref())
+        .str("turn_id", &r.turn_id)
+        .str("event_id", &r.event_id)
+        .end();
+}
+
+fn write_error(out: &mut String, code: &str, message: &str) {
+    Obj::new(out)
+        .str("code", code)
+        .str("message", message)
+        .end();
+}
+
+fn write_user(out: &mut String, u: &UserEntry) {
+    let mut o = Obj::new(out);
+    o.str("key", &u.key)
+        .opt_str("client_message_id", u.client_message_id.as_deref())
+        .opt_str("message_id", u.message_id.as_deref())
+        .opt_str("turn_id", u.turn_id.as_deref())
+        .str("content", &u.content)
+        .int("created_at", u.created_at)
+        .opt_int("seq", u.seq)
+        .str(
+            "status",
+            name_of(u.status, &USER_STATUSES, &USER_STATUS_VALUES),
+        );
+    match &u.error {
+        Some(e) => write_error(o.key("error"), &e.code, &e.message),
+        None => o.key("error").push_str("null"),
+    }
+    o.bool("from_server", u.from_server)
+        .int(
+            "send_order",
+            i64::try_from(u.send_order).unwrap_or(i64::MAX),
+        )
+        .end();
+}
+
+fn write_progress(out: &mut String, p: &Progress) {
+    Obj::new(out)
+        .opt_int("through", p.through)
+        .bool("running", p.running)
+        .str("text", &p.text)
+        .str("thinking", &p.thinking)
+        .list("tools", &p.tools, write_tool)
+        .end();
+}
+
+fn write_final(out: &mut String, f: &Final) {
+    Obj::new(out)
+        .str("status", message_status_name(f.status))
+        .str(
+            "source",
+            name_of(f.source, &FINAL_SOURCES, &FINAL_SOURCE_VALUES),
+        )
+        .opt_str("message_id", f.message_id.as_deref())
+        .str("content", &f.content)
+        .bool("truncated", f.truncated)
+        .opt_str("error", f.error.as_deref())
+        .end();
+}
+
+fn write_turn(out: &mut String, a: &AssistantEntry) {
+    let mut o = Obj::new(out);
+    o.str("turn_id", &a.turn_id).opt_int("anchor", a.anchor);
+    write_progress(o.key("progress"), &a.progress);
+    match &a.fin {
+        Some(f) => write_final(o.key("final"), f),
+        None => o.key("final").push_str("null"),
+    }
+    o.bool("recovered", a.recovered).end();
+}
+
+pub fn cache_record_json(rec: &CacheRecord) -> String {
+    let mut out = String::new();
+    Obj::new(&mut out)
+        .int("version", i64::from(rec.version))
+        .str("session_id", &rec.session_id)
+        .opt_str("epoch", rec.epoch.as_deref())
+        .list("users", &rec.users, write_user)
+        .list("turns", &rec.turns, write_turn)
+        .end();
+    out
+}
+
+pub fn tab_message_json(msg: &TabMessage) -> String {
+    let mut out = String::new();
+    let mut o = Obj::new(&mut out);
+    match msg {
+        TabMessage::Optimistic {
+            session_id,
+            client_message_id,
+            content,
+            created_at,
+        } => {
+            o.str("type", "optimistic")
+                .str("session_id", session_id)
+                .str("client_message_id", client_message_id)
+                .str("content", content)
+                .int("created_at", *created_at);
+        }
+        TabMessage::Posted {
+            session_id,
+            response,
+        } => {
+            o.str("type", "posted").str("session_id", session_id);
+            write_post_response(o.key("response"), response);
+        }
+        TabMessage::Rejected {
+            session_id,
+            client_message_id,
+            error,
+        } => {
+            o.str("type", "rejected")
+                .str("session_id", session_id)
+                .str("client_message_id", client_message_id);
+            write_error(o.key("error"), &error.code, &error.message);
+        }
+        TabMessage::Recovered {
+            session_id,
+            turn_id,
+            info,
+        } => {
+            o.str("type", "recovered")
+                .str("session_id", session_id)
+                .str("turn_id", turn_id);
+            match info {
+                Some(i) => write_turn_info(o.key("info"), i),
+                None => o.key("info").push_str("null"),
+            }
+        }
+    }
+    o.end();
+    out
+}
+
+/// The body of `POST /messages`.
+pub fn post_request_json(content: &str, client_message_id: &str) -> String {
+    let mut out = String::new();
+    Obj::new(&mut out)
+        .str("content", content)
+        .str("client_message_id", client_message_id)
+        .end();
+    out
+}
+
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod tests;

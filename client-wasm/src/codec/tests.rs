@@ -1,0 +1,331 @@
+//! The hand-written codec against serde's derives: everything the simulated sessions produce
+//! reads the same both ways, and everything written parses back, with serde, to the same value.
+
+use proptest::prelude::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value as Json};
+use turnstream_protocol::{
+    ErrorBody, ErrorDetail, Event, EventBody, Message, MessageStatus, PostMessageRequest,
+    Role as WireRole, ToolCall, ToolStatus, Truncation, TurnInfo, TurnState,
+};
+
+use super::*;
+use crate::reducer::props::{feeds_of, turn};
+use crate::reducer::sim;
+use crate::reducer::Conversation;
+
+impl Value for Json {
+    fn get(&self, key: &str) -> Option<Self> {
+        self.as_object()?.get(key).filter(|v| !v.is_null()).cloned()
+    }
+    fn string(&self) -> Option<String> {
+        self.as_str().map(str::to_owned)
+    }
+    fn number(&self) -> Option<f64> {
+        self.as_f64()
+    }
+    fn boolean(&self) -> Option<bool> {
+        self.as_bool()
+    }
+    fn items(&self) -> Option<Vec<Self>> {
+        self.as_array().cloned()
+    }
+}
+
+/// `read` reads what serde writes, and (when given) `write` writes what serde reads.
+fn same<T>(x: &T, read: fn(&Json) -> Option<T>, write: Option<fn(&T) -> String>)
+where
+    T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let v = serde_json::to_value(x).expect("serde writes it");
+    assert_eq!(read(&v).as_ref(), Some(x), "reading {v}");
+    if let Some(write) = write {
+        let text = write(x);
+        let parsed: Json = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(parsed, v, "writing {x:?}");
+        let back: T = serde_json::from_str(&text).expect("serde reads it");
+        assert_eq!(&back, x);
+        assert_eq!(read(&parsed).as_ref(), Some(x));
+    }
+}
+
+fn tricky() -> Vec<String> {
+    vec![
+        String::new(),
+        "plain".into(),
+        "quote \" backslash \\ slash /".into(),
+        "lines\nand\ttabs\r".into(),
+        "\u{0}\u{1}\u{1f}\u{7f}".into(),
+        "héllo wörld 💬 \u{2028}\u{2029}".into(),
+    ]
+}
+
+fn msg(n: u32, content: &str) -> Message {
+    Message {
+        message_id: format!("m{n}"),
+        client_message_id: (n % 2 == 0).then(|| format!("c{n}")),
+        role: if n % 2 == 0 {
+            WireRole::User
+        } else {
+            WireRole::Assistant
+        },
+        content: content.into(),
+        status: MessageStatus::Failed,
+        turn_id: Some(format!("t{n}")),
+        created_at: 1_700_000_000_000 + i64::from(n),
+        event_id: format!("ep1-{n}"),
+    }
+}
+
+fn tool(n: u32) -> ToolCall {
+    ToolCall {
+        call_id: format!("call{n}"),
+        name: "search".into(),
+        status: [
+            ToolStatus::Started,
+            ToolStatus::Progress,
+            ToolStatus::Finished,
+            ToolStatus::Failed,
+        ][n as usize % 4],
+        input_preview: (n % 2 == 0).then(|| "in \"q\"".into()),
+        output_preview: (n % 3 == 0).then(|| "out\n".into()),
+    }
+}
+
+fn info(with_message: bool) -> TurnInfo {
+    TurnInfo {
+        turn_id: "t1".into(),
+        session_id: "s1".into(),
+        state: TurnState::Failed,
+        created_at: 1,
+        started_at: Some(2),
+        ended_at: None,
+        text: "partial".into(),
+        thinking: "hm".into(),
+        tools: (0..4).map(tool).collect(),
+        message: with_message.then(|| msg(1, "reply")),
+        error: Some("boom".into()),
+    }
+}
+
+#[test]
+fn wire_types_read_as_serde_reads_them() {
+    for s in tricky() {
+        same(&msg(2, &s), message, None);
+        same(&msg(3, &s), message, None);
+    }
+    for n in 0..6 {
+        same(&tool(n), tool_call, None);
+    }
+    same(&info(true), turn_info, None);
+    same(&info(false), turn_info, None);
+    let ended = Event {
+        id: "ep1-9".into(),
+        session_id: "s1".into(),
+        ts: 9,
+        turn_id: Some("t1".into()),
+        body: EventBody::TurnEnded {
+            state: TurnState::Failed,
+            message: Some(msg(1, "x")),
+            error: Some("why".into()),
+        },
+        truncated: vec![Truncation {
+            field: "message.content".into(),
+            original_size: 300_000,
+        }],
+    };
+    same(&ended, event, None);
+    let tool_event = Event {
+        body: EventBody::Tool(tool(2)),
+        truncated: vec![],
+        turn_id: None,
+        ..ended.clone()
+    };
+    same(&tool_event, event, None);
+    same(
+        &turnstream_protocol::CancelResponse {
+            turn_id: "t".into(),
+            state: TurnState::Cancelled,
+        },
+        cancel_response,
+        None,
+    );
+    for reason in [
+        ResyncReason::Invalid,
+        ResyncReason::Epoch,
+        ResyncReason::Expired,
+        ResyncReason::Future,
+    ] {
+        same(&ResyncRequired { reason }, resync, None);
+        assert_eq!(
+            json!(resync_reason_name(reason)),
+            serde_json::to_value(reason).expect("json")
+        );
+    }
+    for state in TURN_STATE_VALUES {
+        assert_eq!(
+            json!(turn_state_name(state)),
+            serde_json::to_value(state).expect("json")
+        );
+    }
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: "content_too_large".into(),
+            message: "no".into(),
+        },
+    };
+    assert_eq!(
+        error_body(&serde_json::to_value(&body).expect("json")),
+        Some(body.error)
+    );
+}
+
+#[test]
+fn written_bodies_are_what_serde_writes() {
+    for s in tricky() {
+        let text = post_request_json(&s, "c-1");
+        let req: PostMessageRequest = serde_json::from_str(&text).expect("parses");
+        assert_eq!(req.content, s);
+        assert_eq!(req.client_message_id.as_deref(), Some("c-1"));
+    }
+    let id = |s: &str| Some(s.to_owned());
+    let tabs = [
+        TabMessage::Optimistic {
+            session_id: "s1".into(),
+            client_message_id: "c1".into(),
+            content: "hi \"there\"\n".into(),
+            created_at: -5,
+        },
+        TabMessage::Posted {
+            session_id: "s1".into(),
+            response: PostMessageResponse {
+                message_id: "m1".into(),
+                client_message_id: id("c1"),
+                turn_id: "t1".into(),
+                event_id: "ep1-3".into(),
+            },
+        },
+        TabMessage::Rejected {
+            session_id: "s1".into(),
+            client_message_id: "c1".into(),
+            error: ErrorDetail {
+                code: "c".into(),
+                message: "m".into(),
+            },
+        },
+        TabMessage::Recovered {
+            session_id: "s1".into(),
+            turn_id: "t1".into(),
+            info: Some(Box::new(info(true))),
+        },
+        TabMessage::Recovered {
+            session_id: "s1".into(),
+            turn_id: "t1".into(),
+            info: Some(Box::new(info(false))),
+        },
+        TabMessage::Recovered {
+            session_id: "s1".into(),
+            turn_id: "t1".into(),
+            info: None,
+        },
+    ];
+    for t in &tabs {
+        same(t, tab_message, Some(tab_message_json));
+    }
+}
+
+#[test]
+fn integers_and_strings_are_written_exactly() {
+    for n in [0, 1, -1, 9, 10, 123_456_789, i64::MAX, i64::MIN] {
+        let mut out = String::new();
+        write_int(&mut out, n);
+        assert_eq!(out, n.to_string());
+    }
+    for s in tricky() {
+        let mut out = String::new();
+        write_str(&mut out, &s);
+        assert_eq!(serde_json::from_str::<String>(&out).ok(), Some(s));
+    }
+}
+
+#[test]
+fn bad_shapes_read_as_nothing() {
+    let good = json!({"id": "ep1-1", "session_id": "s", "ts": 1, "kind": "turn_started"});
+    assert!(event(&good).is_some());
+    let mut extra = good.clone();
+    extra["future_field"] = json!({"nested": [1, 2]});
+    assert!(event(&extra).is_some(), "unknown fields are ignored");
+    let mut null_turn = good.clone();
+    null_turn["turn_id"] = Json::Null;
+    assert_eq!(event(&null_turn).and_then(|e| e.turn_id), None);
+    for (field, bad) in [
+        ("kind", json!("teleported")),
+        ("kind", json!(3)),
+        ("ts", json!("1")),
+        ("ts", json!(1.5)),
+        ("id", json!(null)),
+        ("turn_id", json!(7)),
+        ("truncated", json!({})),
+    ] {
+        let mut v = good.clone();
+        v[field] = bad.clone();
+        assert!(event(&v).is_none(), "{field}: {bad}");
+    }
+    let mut big = good.clone();
+    big["ts"] = json!(9_007_199_254_740_991_i64);
+    assert_eq!(event(&big).map(|e| e.ts), Some(9_007_199_254_740_991));
+    for past in [
+        json!(9_007_199_254_740_992_i64),
+        json!(9_007_199_254_740_993_i64),
+    ] {
+        big["ts"] = past;
+        assert!(
+            event(&big).is_none(),
+            "a number a JS number may have rounded"
+        );
+    }
+    assert!(event(&json!("not an object")).is_none());
+    assert!(event(&json!([good])).is_none());
+    assert!(cache_record(&json!({"version": 1})).is_none());
+    assert!(tab_message(&json!({"type": "gossip", "session_id": "s"})).is_none());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every event, snapshot, history page and POST answer of simulated sessions, and the cache
+    /// of a client fed them in any order.
+    #[test]
+    fn simulated_sessions_round_trip(
+        turns in prop::collection::vec(turn(), 1..6),
+        choices in prop::collection::vec(any::<u8>(), 0..80),
+        skips in prop::collection::vec(any::<u8>(), 0..80),
+        dice in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let s = sim::build(&turns, &choices, &skips);
+        let head = s.journal.last().map_or(0, sim::seq_of);
+        for e in &s.journal {
+            same(e, event, None);
+        }
+        for at in 0..=head {
+            same(&s.snapshot_at(at), snapshot, None);
+        }
+        same(&s.history_at(head), history, None);
+        for m in &s.sent {
+            same(&m.response, post_response, None);
+        }
+        let mut c = Conversation::new(sim::SESSION);
+        for f in feeds_of(&s, &dice) {
+            f.apply(&s, &mut c);
+            same(&c.to_cache(), cache_record, Some(cache_record_json));
+        }
+    }
+
+    #[test]
+    fn any_string_survives(s in any::<String>()) {
+        let mut out = String::new();
+        write_str(&mut out, &s);
+        prop_assert_eq!(serde_json::from_str::<String>(&out).ok(), Some(s));
+    }
+}
