@@ -10,6 +10,7 @@ mod peers;
 mod procs;
 mod prom;
 mod rawhttp;
+mod refresh;
 mod replay;
 mod report;
 mod ring;
@@ -43,6 +44,8 @@ enum Cmd {
     Idle(Opts),
     /// Figure 4: reconnect replay of 1,000 and 10,000 missed events.
     Replay(Opts),
+    /// Figure 5: refresh of the demo page mid-turn in headless Chromium, and the page's code size.
+    Refresh(Opts),
     /// Figure 6: side by side with the in-memory baseline and the peers on one chat workload.
     Compare(Opts),
     /// The in-memory ring-buffer baseline server (started by the bench itself).
@@ -78,6 +81,7 @@ pub enum Figure {
     Fanout,
     Idle,
     Replay,
+    Refresh,
     Compare,
 }
 
@@ -97,6 +101,7 @@ fn main() -> Result<()> {
                         Figure::Fanout,
                         Figure::Idle,
                         Figure::Replay,
+                        Figure::Refresh,
                         Figure::Compare,
                     ],
                 )
@@ -106,6 +111,7 @@ fn main() -> Result<()> {
             Cmd::Fanout(o) => run(o, &[Figure::Fanout]).await,
             Cmd::Idle(o) => run(o, &[Figure::Idle]).await,
             Cmd::Replay(o) => run(o, &[Figure::Replay]).await,
+            Cmd::Refresh(o) => run(o, &[Figure::Refresh]).await,
             Cmd::Compare(o) => run(o, &[Figure::Compare]).await,
         }
     })

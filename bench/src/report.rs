@@ -10,7 +10,7 @@ use anyhow::Result;
 use crate::peers::{self, Avail};
 use crate::stats::{dur_ms, ms, thousands, Samples};
 use crate::systems::{Kind, System};
-use crate::{append, compare, fanout, idle, replay, Figure, Opts};
+use crate::{append, compare, fanout, idle, refresh, replay, Figure, Opts};
 
 /// One table row.
 pub struct Row {
@@ -47,6 +47,8 @@ pub struct Sizes {
     pub idle_streams: usize,
     pub replay_missed: Vec<u64>,
     pub replay_reps: usize,
+    /// Cold page loads of figure 5 (each followed by a warm one).
+    pub refresh_reps: usize,
     pub compare_chunks: u64,
     pub compare_rate: f64,
 }
@@ -71,6 +73,7 @@ impl Sizes {
                 idle_streams: 100,
                 replay_missed: vec![1000, 10_000],
                 replay_reps: 3,
+                refresh_reps: 3,
                 compare_chunks: 300,
                 compare_rate: 300.0,
             }
@@ -92,6 +95,7 @@ impl Sizes {
                 idle_streams: 1000,
                 replay_missed: vec![1000, 10_000],
                 replay_reps: 10,
+                refresh_reps: 5,
                 compare_chunks: 2000,
                 compare_rate: 500.0,
             }
@@ -162,18 +166,9 @@ pub async fn run_figures(opts: &Opts, figures: &[Figure], fds: u64) -> Result<()
             Figure::Fanout => figure_fanout(&sizes, &peers, &mut rows).await,
             Figure::Idle => figure_idle(&sizes, &peers, fds, &mut rows).await,
             Figure::Replay => figure_replay(&sizes, &peers, &mut rows).await,
+            Figure::Refresh => refresh::figure(&sizes, &mut rows).await,
             Figure::Compare => compare::figure(&sizes, &peers, &mut rows).await,
         }
-    }
-    if figures.len() > 1 {
-        let mut r = Row::new("5. refresh (browser)", "—");
-        r.ours = "measured by the end-to-end suite".into();
-        rows.insert(
-            rows.iter()
-                .position(|r| r.figure.starts_with('6'))
-                .unwrap_or(rows.len()),
-            r,
-        );
     }
     let table = render(&rows);
     let mut doc = String::new();
