@@ -10,7 +10,7 @@
 // the wasm instantiated, IndexedDB open, `window.chat` set (ChatClient.connect returned), the
 // stream's open and snapshot, the moment the assistant bubble's text first holds all N deltas (a
 // MutationObserver: the time of the DOM update itself) and the animation frame after it; and how
-// long each call of the page's subscriber (its render) takes. The page reports through a function
+// long each of the page's renders takes (it marks them with performance.measure). The page reports through a function
 // exposed by Playwright, which needs no idle time on the page's main thread.
 //
 // Cold runs use a new browser context each (no HTTP cache, no IndexedDB); each is followed by a
@@ -88,19 +88,14 @@ function instrument() {
     set: (v) => {
       mark("chat_set");
       chat = v;
-      const subscribe = v.subscribe;
-      v.subscribe = function (listener) {
-        return subscribe.call(this, (state) => {
-          const t = performance.now();
-          try {
-            return listener(state);
-          } finally {
-            renders.push([t, performance.now() - t, bubble()?.textContent.length ?? 0]);
-          }
-        });
-      };
     },
   });
+  // The page measures each render ("turnstream:render"; it renders at most once a frame).
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) {
+      if (e.name === "turnstream:render") renders.push([e.startTime, e.duration, bubble()?.textContent.length ?? 0]);
+    }
+  }).observe({ type: "measure" });
   const ES = window.EventSource;
   window.EventSource = class extends ES {
     constructor(...args) {

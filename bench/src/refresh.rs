@@ -66,7 +66,7 @@ pub async fn figure(sizes: &Sizes, rows: &mut Vec<Row>) {
         "—",
     );
     let mut render = Row::new(
-        "5. the demo page's render (its subscriber, forced layout included) at ~10,000 deltas: of the snapshot, p50; of each later delta, p50 / max",
+        "5. the demo page's render (at most one a frame, layout included) at ~10,000 deltas: the first, p50; each later one, p50 / max",
         "—",
     );
     let mut size = Row::new(
@@ -549,7 +549,7 @@ fn render_cell(out: &Value) -> String {
     }
     match (p50_max(first), p50_max(later.clone())) {
         (Some(f), Some(l)) => format!(
-            "snapshot {} ms; each later delta {} / {} ms ({} renders): one delta costs a re-layout of the whole reply, so the page keeps up with at most ~{:.0} deltas/s",
+            "first render {} ms; each later render {} / {} ms ({} renders, at most one a frame, each a layout of the whole reply): the page keeps up with at most ~{:.0} renders/s",
             ms(f.0),
             ms(l.0),
             ms(l.1),
