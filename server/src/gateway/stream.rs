@@ -250,10 +250,11 @@ enum Stop {
 
 impl Pump {
     async fn run(mut self, first: Page) {
-        let replayed = first.frames.len();
+        let replayed = first.events;
         let outcome = async {
-            self.send_page(first.frames).await?;
-            if !first.complete {
+            let complete = first.complete;
+            self.send_page(first).await?;
+            if !complete {
                 self.catch_up().await?;
             }
             if replayed > 0 {
@@ -268,22 +269,15 @@ impl Pump {
         }
     }
 
-    async fn send_page(&mut self, frames: Vec<Arc<crate::hub::Frame>>) -> Result<(), Stop> {
+    async fn send_page(&mut self, page: Page) -> Result<(), Stop> {
         self.metrics
             .replayed_events
-            .fetch_add(frames.len() as u64, Ordering::Relaxed);
-        let mut batch = Batch::default();
-        for f in frames {
-            if f.seq > self.last {
-                self.last = f.seq;
-                if let Some(full) = batch.push(&f) {
-                    self.send(full).await?;
-                }
-            }
+            .fetch_add(page.events as u64, Ordering::Relaxed);
+        // A page holds exactly the events after `self.last`, already joined into writes.
+        for chunk in page.chunks {
+            self.send(chunk).await?;
         }
-        if let Some(rest) = batch.take() {
-            self.send(rest).await?;
-        }
+        self.last = self.last.max(page.last_seq);
         Ok(())
     }
 
@@ -303,7 +297,7 @@ impl Pump {
                 }
             };
             let complete = page.complete;
-            self.send_page(page.frames).await?;
+            self.send_page(page).await?;
             if complete {
                 return Ok(());
             }
