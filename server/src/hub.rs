@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use crate::lock;
+
 /// Frames a subscriber may have queued before it is flagged lagged.
 pub const SUBSCRIBER_QUEUE: usize = 1024;
 
@@ -80,11 +82,6 @@ impl Hub {
     pub fn subscriber_slots(&self) -> usize {
         lock(&self.sessions).values().map(Vec::len).sum()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding this lock cannot leave the map inconsistent (single inserts/removes).
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A live feed; detaches itself when dropped.

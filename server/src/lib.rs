@@ -33,6 +33,12 @@ use crate::error::Result;
 use crate::journal::Journal;
 use crate::runner::{Runner, RunnerConfig};
 
+/// Locks a mutex, taking the data even if a panic poisoned it: every lock in this crate guards
+/// state that single inserts and removes keep consistent, so a panic elsewhere leaves it usable.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Listen backlog: a reconnect storm must not overflow it (each dropped SYN costs a client 1 s).
 pub const LISTEN_BACKLOG: u32 = 4096;
 

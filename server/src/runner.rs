@@ -15,6 +15,7 @@ use turnstream_protocol::{EventBody, TurnState};
 use crate::agent::{Agent, Emission, TurnContext, TurnSink};
 use crate::error::{Error, Result};
 use crate::journal::{floor_char_boundary, Journal, TurnRow};
+use crate::lock;
 
 /// Largest delta journaled as one event; longer agent output is split, never cut.
 const MAX_DELTA_BYTES: usize = 16 * 1024;
@@ -49,10 +50,6 @@ pub struct Runner {
     /// Ends running turns `interrupted` (after the shutdown grace period).
     interrupt: CancellationToken,
     tasks: TaskTracker,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Runner {

@@ -28,6 +28,7 @@ use turnstream_protocol::{sse, Cursor, EventBody};
 
 use crate::error::{Error, Result};
 use crate::hub::{Frame, Hub};
+use crate::lock;
 use crate::metrics::Metrics;
 
 /// Most writes committed by one transaction.
@@ -343,10 +344,6 @@ impl Inner {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn writer_loop(
     mut conn: Connection,
     rx: std_mpsc::Receiver<Job>,
@@ -387,15 +384,7 @@ fn writer_loop(
             let saved = next_seq;
             let enqueued = job.enqueued;
             if !job.savepoint {
-                let mut ctx = WriteCtx {
-                    conn: &tx,
-                    epoch,
-                    next_seq: &mut next_seq,
-                    frames: Vec::new(),
-                    now: now_ms(),
-                };
-                let (ok, completion) = (job.run)(Some(&mut ctx));
-                let job_frames = std::mem::take(&mut ctx.frames);
+                let (ok, completion, job_frames) = run_job(&tx, epoch, &mut next_seq, job.run);
                 if ok {
                     frames.extend(job_frames);
                 } else {
@@ -412,15 +401,7 @@ fn writer_loop(
                     continue;
                 }
             };
-            let mut ctx = WriteCtx {
-                conn: &sp,
-                epoch,
-                next_seq: &mut next_seq,
-                frames: Vec::new(),
-                now: now_ms(),
-            };
-            let (ok, completion) = (job.run)(Some(&mut ctx));
-            let job_frames = std::mem::take(&mut ctx.frames);
+            let (ok, completion, job_frames) = run_job(&sp, epoch, &mut next_seq, job.run);
             if !ok {
                 next_seq = saved;
                 let _ = sp.rollback();
@@ -460,6 +441,25 @@ fn writer_loop(
         }
     }
     tracing::debug!("journal writer stopped");
+}
+
+/// Runs one job on `conn`: whether it succeeded, what to call once the commit is known, and the
+/// frames of the events it appended.
+fn run_job(
+    conn: &Connection,
+    epoch: &str,
+    next_seq: &mut i64,
+    run: JobFn,
+) -> (bool, Completion, Vec<Arc<Frame>>) {
+    let mut ctx = WriteCtx {
+        conn,
+        epoch,
+        next_seq,
+        frames: Vec::new(),
+        now: now_ms(),
+    };
+    let (ok, completion) = run(Some(&mut ctx));
+    (ok, completion, ctx.frames)
 }
 
 trait SavepointExt {

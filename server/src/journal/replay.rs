@@ -82,12 +82,7 @@ fn read_page(
         in_list(sessions.len())
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut values: Vec<rusqlite::types::Value> = sessions
-        .iter()
-        .map(|s| rusqlite::types::Value::Text(s.clone()))
-        .collect();
-    values.push(rusqlite::types::Value::Integer(after));
-    values.push(rusqlite::types::Value::Integer(limit as i64));
+    let values = session_params(sessions, &[after, limit as i64]);
     let mut rows = stmt.query(params_from_iter(values.iter()))?;
     let mut chunks = Vec::new();
     let mut buf = BytesMut::new();
@@ -130,6 +125,15 @@ fn read_page(
         last_seq,
         complete: events < limit,
     }))
+}
+
+/// Parameters for a query over `IN (sessions...)` followed by integer parameters.
+fn session_params(sessions: &[String], ints: &[i64]) -> Vec<rusqlite::types::Value> {
+    sessions
+        .iter()
+        .map(|s| rusqlite::types::Value::Text(s.clone()))
+        .chain(ints.iter().map(|i| rusqlite::types::Value::Integer(*i)))
+        .collect()
 }
 
 /// Appends one event's SSE frame to `buf`: the same bytes as the live path's
@@ -177,12 +181,7 @@ fn snapshot_at(conn: &Connection, epoch: &str, sessions: &[String], at: i64) -> 
          AND (ended_seq IS NULL OR ended_seq > ?) ORDER BY queued_seq",
         in_list(sessions.len())
     );
-    let mut values: Vec<rusqlite::types::Value> = sessions
-        .iter()
-        .map(|s| rusqlite::types::Value::Text(s.clone()))
-        .collect();
-    values.push(rusqlite::types::Value::Integer(at));
-    values.push(rusqlite::types::Value::Integer(at));
+    let values = session_params(sessions, &[at, at]);
     let rows: Vec<(TurnRow, String)> = conn
         .prepare(&sql)?
         .query_map(params_from_iter(values.iter()), turn_from_row)?
