@@ -68,7 +68,8 @@ pub async fn serve(listen: SocketAddr, capacity: usize) -> Result<()> {
     // The same deep backlog turnstream uses, so a reconnect burst is compared fairly.
     let listener = turnstream_server::bind(listen)?;
     println!("ring listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app).await?;
+    turnstream_server::serve::serve(listener, app, tokio_util::sync::CancellationToken::new())
+        .await;
     Ok(())
 }
 

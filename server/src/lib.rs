@@ -18,8 +18,9 @@ pub mod hub;
 pub mod journal;
 pub mod metrics;
 pub mod runner;
+pub mod serve;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,9 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
 }
+
+/// How long shutdown waits for connections to close once their streams have ended.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// The agent a configuration asks for.
 pub fn agent_from_config(config: &Config) -> Arc<dyn Agent> {
@@ -108,10 +112,7 @@ pub async fn run(
     ));
 
     let stop_accepting = CancellationToken::new();
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(stop_accepting.clone().cancelled_owned())
-        .into_future();
-    let server = tokio::spawn(server);
+    let server = tokio::spawn(serve::serve(listener, app, stop_accepting.clone()));
 
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");
@@ -121,10 +122,14 @@ pub async fn run(
         .await;
     streams_end.cancel();
     cleanup.abort();
-    match server.await {
+    // Streams end now; a client that stopped reading could hold its connection open forever.
+    match tokio::time::timeout(CLOSE_WAIT, server).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "server error"),
-        Err(e) => tracing::error!(error = %e, "server task failed"),
+        Ok(Err(e)) => tracing::error!(error = %e, "server task failed"),
+        Err(_) => tracing::warn!(
+            "some connections were still open {} s after their streams ended; not waiting for them",
+            CLOSE_WAIT.as_secs()
+        ),
     }
     journal.close();
     tracing::info!("stopped");

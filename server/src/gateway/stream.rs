@@ -4,6 +4,7 @@
 //! replay in one read transaction), then send live frames, dropping those already sent. A
 //! subscriber that falls behind goes back to the journal from the last id it sent.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,7 +15,6 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use tokio::sync::mpsc;
 use turnstream_protocol::limits::{is_valid_id, MAX_SESSIONS_PER_STREAM};
 use turnstream_protocol::{sse, ResyncReason, ResyncRequired, RESYNC_EVENT, SNAPSHOT_EVENT};
 
@@ -26,9 +26,6 @@ use crate::metrics::Metrics;
 
 /// Events read from the journal per query while replaying.
 const REPLAY_PAGE: usize = 2000;
-/// Writes (each up to 64 KiB) buffered between a stream's pump and its socket: a slow client
-/// holds at most this much here before it falls back to the journal.
-const BODY_BUFFER: usize = 8;
 /// Reconnection delay suggested to EventSource.
 const RETRY_MS: u64 = 1000;
 
@@ -98,13 +95,25 @@ pub(crate) async fn stream(
         .journal
         .stream_start(params.sessions.clone(), resume, want_snapshot, REPLAY_PAGE)
         .await?;
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(BODY_BUFFER);
     let mut prelude = format!("retry: {RETRY_MS}\n\n");
-    let pump = match start {
+    let mut pump = Pump {
+        pending: VecDeque::new(),
+        phase: Phase::Done,
+        sub,
+        journal: state.journal.clone(),
+        sessions: params.sessions,
+        last: 0,
+        heartbeat: None,
+        heartbeat_every: state.limits.heartbeat,
+        shutdown: state.shutdown.clone(),
+        metrics: metrics.clone(),
+        replayed: 0,
+        _guard: guard,
+    };
+    match start {
         Err(reason) => {
             metrics.resync(reason);
             prelude.push_str(&resync_frame(reason));
-            None
         }
         Ok(start) => {
             if let Some(snapshot) = &start.snapshot {
@@ -112,29 +121,20 @@ pub(crate) async fn stream(
                     .map_err(|e| AppError::from(crate::error::Error::from(e)))?;
                 prelude.push_str(&sse::encode(None, SNAPSHOT_EVENT, &json));
             }
-            Some(
-                Pump {
-                    tx: tx.clone(),
-                    sub,
-                    journal: state.journal.clone(),
-                    sessions: params.sessions,
-                    last: start.resume_seq,
-                    heartbeat: state.limits.heartbeat,
-                    shutdown: state.shutdown.clone(),
-                    metrics,
-                    _guard: guard,
-                }
-                .run(start.page),
-            )
+            pump.last = start.resume_seq;
+            pump.phase = if start.page.complete {
+                Phase::Live
+            } else {
+                Phase::CatchUp
+            };
+            pump.take_page(start.page);
         }
-    };
-    // The prelude fits the buffer: a fresh channel has room for one frame.
-    let _ = tx.try_send(Ok(Bytes::from(prelude)));
-    drop(tx);
-    if let Some(pump) = pump {
-        tokio::spawn(pump);
     }
-    let body = Body::from_stream(tokio_stream_from(rx));
+    pump.pending.push_front(Bytes::from(prelude));
+    let body = Body::from_stream(futures::stream::unfold(pump, |mut pump| async move {
+        let chunk = pump.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), pump))
+    }));
     let mut res = Response::new(body);
     let h = res.headers_mut();
     h.insert(
@@ -158,12 +158,6 @@ fn resync_frame(reason: ResyncReason) -> String {
     let json = serde_json::to_string(&ResyncRequired { reason })
         .unwrap_or_else(|_| format!("{{\"reason\":\"{}\"}}", reason.as_str()));
     sse::encode(None, RESYNC_EVENT, &json)
-}
-
-fn tokio_stream_from(
-    mut rx: mpsc::Receiver<Result<Bytes, Infallible>>,
-) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 /// Frames joined into one write of up to [`BATCH_BYTES`].
@@ -227,154 +221,168 @@ impl Drop for ConnectionGuard {
 }
 
 /// Moves frames from the journal and the live feed to one client, in order, exactly once.
+///
+/// It is the response body itself, polled by the connection when the socket can take more: no
+/// task or channel of its own, so an idle stream costs its subscription, a timer and this struct.
+/// A client that stops reading stops the polling; its subscription's queue then fills, the hub
+/// flags it lagged, and the next poll goes back to the journal from the last id sent.
 struct Pump {
-    tx: mpsc::Sender<Result<Bytes, Infallible>>,
+    /// Writes ready to go out, in order.
+    pending: VecDeque<Bytes>,
+    phase: Phase,
     sub: Subscription,
     journal: Journal,
     sessions: Vec<String>,
-    /// The last event id sent (or the resume position).
+    /// The last event id sent or queued in `pending` (or the resume position).
     last: i64,
-    heartbeat: Duration,
+    /// Armed once the stream is live.
+    heartbeat: Option<tokio::time::Interval>,
+    heartbeat_every: Duration,
     shutdown: tokio_util::sync::CancellationToken,
     metrics: Arc<Metrics>,
+    /// Events replayed from the journal before going live.
+    replayed: usize,
     _guard: ConnectionGuard,
 }
 
-/// Why a pump stopped early.
-enum Stop {
-    /// The client went away or the server is shutting down.
-    Gone,
-    /// The journal no longer holds what the client needs.
+/// What a stream does once `pending` is empty.
+enum Phase {
+    /// Read the next page of the journal after `last`.
+    CatchUp,
+    /// Send live frames (and heartbeats).
+    Live,
+    /// Send a resync event, then end.
     Resync(ResyncReason),
+    /// End the stream.
+    Done,
 }
 
 impl Pump {
-    async fn run(mut self, first: Page) {
-        let replayed = first.events;
-        let outcome = async {
-            let complete = first.complete;
-            self.send_page(first).await?;
-            if !complete {
-                self.catch_up().await?;
-            }
-            if replayed > 0 {
-                self.metrics.replays.fetch_add(1, Ordering::Relaxed);
-            }
-            self.live().await
-        }
-        .await;
-        if let Err(Stop::Resync(reason)) = outcome {
-            self.metrics.resync(reason);
-            let _ = self.tx.send(Ok(Bytes::from(resync_frame(reason)))).await;
-        }
-    }
-
-    async fn send_page(&mut self, page: Page) -> Result<(), Stop> {
+    /// Queues a page read from the journal (exactly the events after `last`).
+    fn take_page(&mut self, page: Page) {
         self.metrics
             .replayed_events
             .fetch_add(page.events as u64, Ordering::Relaxed);
-        // A page holds exactly the events after `self.last`, already joined into writes.
-        for chunk in page.chunks {
-            self.send(chunk).await?;
-        }
+        self.replayed += page.events;
+        self.pending.extend(page.chunks);
         self.last = self.last.max(page.last_seq);
-        Ok(())
     }
 
-    /// Reads the journal from the last id sent until the head.
-    async fn catch_up(&mut self) -> Result<(), Stop> {
+    /// The next write of this stream; `None` ends it.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
-            let page = match self
-                .journal
-                .read_after(self.sessions.clone(), self.last, REPLAY_PAGE)
-                .await
-            {
-                Ok(Ok(page)) => page,
-                Ok(Err(reason)) => return Err(Stop::Resync(reason)),
-                Err(e) => {
-                    tracing::error!(error = %e, "stream: journal read failed; closing so the client resumes");
-                    return Err(Stop::Gone);
+            if let Some(chunk) = self.pending.pop_front() {
+                return Some(chunk);
+            }
+            match self.phase {
+                Phase::Done => return None,
+                Phase::Resync(reason) => {
+                    self.metrics.resync(reason);
+                    self.phase = Phase::Done;
+                    return Some(Bytes::from(resync_frame(reason)));
                 }
-            };
-            let complete = page.complete;
-            self.send_page(page).await?;
-            if complete {
-                return Ok(());
+                Phase::CatchUp => self.catch_up_page().await,
+                Phase::Live => {
+                    if let Some(chunk) = self.live().await {
+                        return Some(chunk);
+                    }
+                }
             }
         }
     }
 
-    async fn live(&mut self) -> Result<(), Stop> {
-        let mut heartbeat = tokio::time::interval(self.heartbeat);
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        heartbeat.tick().await;
-        loop {
-            tokio::select! {
-                frame = self.sub.recv() => {
-                    let Some(first) = frame else { return Err(Stop::Gone) };
-                    // Send whatever is already queued in one write: a burst to many subscribers
-                    // then costs one syscall each, not one per event.
-                    let mut batch = Batch::default();
-                    let mut next = Some(first);
-                    while let Some(frame) = next {
-                        if self.sub.take_lagged() {
-                            // Frames were dropped after some of those queued: send what is
-                            // batched, then go back to the journal before anything newer.
-                            if let Some(sent) = batch.take() {
-                                self.send(sent).await?;
-                            }
-                            self.metrics.lag_fallbacks.fetch_add(1, Ordering::Relaxed);
-                            self.catch_up().await?;
-                        }
-                        if frame.seq > self.last {
-                            self.last = frame.seq;
-                            if let Some(full) = batch.push(&frame) {
-                                self.send(full).await?;
-                            }
-                        }
-                        next = self.sub.try_recv();
-                    }
-                    if let Some(rest) = batch.take() {
-                        self.send(rest).await?;
-                        // A stream that carries events needs no heartbeat.
-                        heartbeat.reset();
-                    }
-                }
-                _ = heartbeat.tick() => {
-                    self.send(Bytes::from_static(b": heartbeat\n\n")).await?;
-                }
-                _ = self.shutdown.cancelled() => {
-                    self.drain().await;
-                    return Err(Stop::Gone);
-                }
-                _ = self.tx.closed() => return Err(Stop::Gone),
-            }
-        }
-    }
-
-    /// On shutdown: send what was committed and queued before the stream closes, so a turn that
-    /// ended during the grace period reaches the client live (it could still resume otherwise).
-    async fn drain(&mut self) {
-        while let Some(frame) = self.sub.try_recv() {
-            if frame.seq <= self.last {
-                continue;
-            }
-            let sent = tokio::time::timeout(
-                Duration::from_secs(1),
-                self.tx.send(Ok(frame.bytes.clone())),
-            )
-            .await;
-            if !matches!(sent, Ok(Ok(()))) {
+    /// Reads one page of the journal after `last`; goes live once a page reaches the head.
+    async fn catch_up_page(&mut self) {
+        let read = self
+            .journal
+            .read_after(self.sessions.clone(), self.last, REPLAY_PAGE);
+        let page = tokio::select! {
+            page = read => page,
+            _ = self.shutdown.cancelled() => {
+                self.phase = Phase::Done;
                 return;
             }
-            self.last = frame.seq;
+        };
+        match page {
+            Ok(Ok(page)) => {
+                if page.complete {
+                    self.phase = Phase::Live;
+                }
+                self.take_page(page);
+            }
+            Ok(Err(reason)) => self.phase = Phase::Resync(reason),
+            Err(e) => {
+                tracing::error!(error = %e, "stream: journal read failed; closing so the client resumes");
+                self.phase = Phase::Done;
+            }
         }
     }
 
-    async fn send(&self, bytes: Bytes) -> Result<(), Stop> {
+    /// Waits for live frames, a heartbeat or shutdown. Returns a write, or `None` when the phase
+    /// changed (lag: back to the journal; shutdown: what was queued, then the end).
+    async fn live(&mut self) -> Option<Bytes> {
+        if self.replayed > 0 {
+            self.metrics.replays.fetch_add(1, Ordering::Relaxed);
+            self.replayed = 0;
+        }
+        let heartbeat = self.heartbeat.get_or_insert_with(|| {
+            let start = tokio::time::Instant::now() + self.heartbeat_every;
+            let mut h = tokio::time::interval_at(start, self.heartbeat_every);
+            h.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            h
+        });
         tokio::select! {
-            r = self.tx.send(Ok(bytes)) => r.map_err(|_| Stop::Gone),
-            _ = self.shutdown.cancelled() => Err(Stop::Gone),
+            frame = self.sub.recv() => {
+                let Some(first) = frame else {
+                    self.phase = Phase::Done;
+                    return None;
+                };
+                // Send whatever is already queued in one write: a burst to many subscribers
+                // then costs one syscall each, not one per event.
+                let mut batch = Batch::default();
+                let mut next = Some(first);
+                while let Some(frame) = next {
+                    if self.sub.take_lagged() {
+                        // Frames were dropped after some of those queued: send what is batched,
+                        // then go back to the journal (which holds this frame and everything
+                        // dropped) before anything newer; newer queued frames are deduplicated.
+                        self.pending.extend(batch.take());
+                        self.metrics.lag_fallbacks.fetch_add(1, Ordering::Relaxed);
+                        self.phase = Phase::CatchUp;
+                        return None;
+                    }
+                    if frame.seq > self.last {
+                        self.last = frame.seq;
+                        if let Some(full) = batch.push(&frame) {
+                            self.pending.push_back(full);
+                        }
+                    }
+                    next = self.sub.try_recv();
+                }
+                self.pending.extend(batch.take());
+                if !self.pending.is_empty() {
+                    // A stream that carries events needs no heartbeat.
+                    heartbeat.reset();
+                }
+                None
+            }
+            _ = heartbeat.tick() => Some(Bytes::from_static(b": heartbeat\n\n")),
+            _ = self.shutdown.cancelled() => {
+                // Send what was committed and queued before the stream closes, so a turn that
+                // ended during the grace period reaches the client live.
+                let mut batch = Batch::default();
+                while let Some(frame) = self.sub.try_recv() {
+                    if frame.seq > self.last {
+                        self.last = frame.seq;
+                        if let Some(full) = batch.push(&frame) {
+                            self.pending.push_back(full);
+                        }
+                    }
+                }
+                self.pending.extend(batch.take());
+                self.phase = Phase::Done;
+                None
+            }
         }
     }
 }
