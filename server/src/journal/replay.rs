@@ -1,8 +1,6 @@
 //! Stream reads: validating a resume position against the epoch, the head and the floors;
 //! the snapshot of active turns as of that position; and replay pages after it.
 
-use std::fmt::Write;
-
 use bytes::{Bytes, BytesMut};
 use rusqlite::{params_from_iter, Connection};
 use turnstream_protocol::{sse, Cursor, ResyncReason, Snapshot};
@@ -89,27 +87,29 @@ fn read_page(
     let mut events = 0;
     let mut last_seq = after;
     while let Some(row) = rows.next()? {
+        // Borrowed straight from SQLite's row: no allocation per column.
+        let text = |i: usize| -> rusqlite::Result<&str> {
+            row.get_ref(i)?.as_str().map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    i,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })
+        };
         let seq: i64 = row.get(0)?;
-        let session_id: String = row.get(1)?;
-        let turn_id: Option<String> = row.get(2)?;
+        let session_id = text(1)?;
+        let turn_id = match row.get_ref(2)? {
+            rusqlite::types::ValueRef::Null => None,
+            _ => Some(text(2)?),
+        };
         let ts: i64 = row.get(3)?;
-        let kind: String = row.get(4)?;
-        let data = row.get_ref(5)?.as_str().map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e))
-        })?;
+        let kind = text(4)?;
+        let data = text(5)?;
         if buf.is_empty() {
             buf.reserve(CHUNK_BYTES + data.len() + 256);
         }
-        write_frame(
-            &mut buf,
-            epoch,
-            seq,
-            &session_id,
-            ts,
-            turn_id.as_deref(),
-            &kind,
-            data,
-        );
+        write_frame(&mut buf, epoch, seq, session_id, ts, turn_id, kind, data);
         events += 1;
         last_seq = seq;
         if buf.len() >= CHUNK_BYTES {
@@ -160,9 +160,32 @@ fn write_frame(
         buf.extend_from_slice(sse::encode(Some(&cursor), kind, &json).as_bytes());
         return;
     }
-    let _ = write!(buf, "id: {epoch}-{seq}\nevent: {kind}\ndata: {{\"id\":\"{epoch}-{seq}\",\"session_id\":\"{session_id}\",\"ts\":{ts}");
+    let mut n = itoa::Buffer::new();
+    let seq = n.format(seq).as_bytes();
+    let parts: [&[u8]; 12] = [
+        b"id: ",
+        epoch.as_bytes(),
+        b"-",
+        seq,
+        b"\nevent: ",
+        kind.as_bytes(),
+        b"\ndata: {\"id\":\"",
+        epoch.as_bytes(),
+        b"-",
+        seq,
+        b"\",\"session_id\":\"",
+        session_id.as_bytes(),
+    ];
+    for p in parts {
+        buf.extend_from_slice(p);
+    }
+    let mut t = itoa::Buffer::new();
+    buf.extend_from_slice(b"\",\"ts\":");
+    buf.extend_from_slice(t.format(ts).as_bytes());
     if let Some(t) = turn_id {
-        let _ = write!(buf, ",\"turn_id\":\"{t}\"");
+        buf.extend_from_slice(b",\"turn_id\":\"");
+        buf.extend_from_slice(t.as_bytes());
+        buf.extend_from_slice(b"\"");
     }
     match data.strip_prefix('{') {
         Some(rest) if rest.trim_start() != "}" => {
