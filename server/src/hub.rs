@@ -28,13 +28,21 @@ pub struct Frame {
 struct Slot {
     id: u64,
     tx: mpsc::Sender<Arc<Frame>>,
-    lagged: AtomicBool,
+    lagged: Arc<AtomicBool>,
+}
+
+#[derive(Debug, Default)]
+struct Sessions {
+    slots: HashMap<String, Vec<Arc<Slot>>>,
+    /// Set by [`Hub::close`]: no subscriber is attached any more.
+    closed: bool,
 }
 
 #[derive(Debug, Default)]
 pub struct Hub {
-    sessions: Mutex<HashMap<String, Vec<Arc<Slot>>>>,
+    sessions: Mutex<Sessions>,
     next_id: AtomicU64,
+    closed: AtomicBool,
 }
 
 impl Hub {
@@ -46,18 +54,23 @@ impl Hub {
     /// whatever commits in between arrives here and is deduplicated by id.
     pub fn subscribe(self: &Arc<Self>, sessions: &[String]) -> Subscription {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
-        let slot = Arc::new(Slot {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            tx,
-            lagged: AtomicBool::new(false),
-        });
+        let lagged = Arc::new(AtomicBool::new(false));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut map = lock(&self.sessions);
-        for s in sessions {
-            map.entry(s.clone()).or_default().push(slot.clone());
+        if !map.closed {
+            let slot = Arc::new(Slot {
+                id,
+                tx,
+                lagged: lagged.clone(),
+            });
+            for s in sessions {
+                map.slots.entry(s.clone()).or_default().push(slot.clone());
+            }
         }
         Subscription {
             hub: self.clone(),
-            slot,
+            id,
+            lagged,
             sessions: sessions.to_vec(),
             rx,
         }
@@ -67,7 +80,7 @@ impl Hub {
     pub fn publish(&self, frames: &[Arc<Frame>]) {
         let map = lock(&self.sessions);
         for frame in frames {
-            let Some(slots) = map.get(&frame.session_id) else {
+            let Some(slots) = map.slots.get(&frame.session_id) else {
                 continue;
             };
             for slot in slots {
@@ -78,9 +91,18 @@ impl Hub {
         }
     }
 
+    /// Detaches every subscriber (on shutdown): each receives what is already queued for it,
+    /// then the end of its feed. Later subscriptions end at once.
+    pub fn close(&self) {
+        let mut map = lock(&self.sessions);
+        map.closed = true;
+        map.slots.clear();
+        self.closed.store(true, Ordering::Release);
+    }
+
     /// Number of attached subscriptions (a subscription to several sessions counts once each).
     pub fn subscriber_slots(&self) -> usize {
-        lock(&self.sessions).values().map(Vec::len).sum()
+        lock(&self.sessions).slots.values().map(Vec::len).sum()
     }
 }
 
@@ -88,13 +110,14 @@ impl Hub {
 #[derive(Debug)]
 pub struct Subscription {
     hub: Arc<Hub>,
-    slot: Arc<Slot>,
+    id: u64,
+    lagged: Arc<AtomicBool>,
     sessions: Vec<String>,
     rx: mpsc::Receiver<Arc<Frame>>,
 }
 
 impl Subscription {
-    /// The next live frame; `None` only if the hub is gone.
+    /// The next live frame; `None` once the hub is closed and what was queued has been taken.
     pub async fn recv(&mut self) -> Option<Arc<Frame>> {
         self.rx.recv().await
     }
@@ -107,7 +130,12 @@ impl Subscription {
     /// Whether frames were dropped since the last call; clears the flag. Call it before sending
     /// each live frame: if it says true, re-read the journal from the last id sent.
     pub fn take_lagged(&self) -> bool {
-        self.slot.lagged.swap(false, Ordering::AcqRel)
+        self.lagged.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether the hub was closed (the server is shutting down).
+    pub fn is_closed(&self) -> bool {
+        self.hub.closed.load(Ordering::Acquire)
     }
 }
 
@@ -115,10 +143,10 @@ impl Drop for Subscription {
     fn drop(&mut self) {
         let mut map = lock(&self.hub.sessions);
         for s in &self.sessions {
-            if let Some(slots) = map.get_mut(s) {
-                slots.retain(|slot| slot.id != self.slot.id);
+            if let Some(slots) = map.slots.get_mut(s) {
+                slots.retain(|slot| slot.id != self.id);
                 if slots.is_empty() {
-                    map.remove(s);
+                    map.slots.remove(s);
                 }
             }
         }
@@ -157,6 +185,22 @@ mod tests {
         hub.publish(&frames);
         assert!(sub.take_lagged());
         assert!(!sub.take_lagged());
+    }
+
+    #[tokio::test]
+    async fn close_ends_feeds_after_what_was_queued() {
+        let hub = Hub::new();
+        let mut a = hub.subscribe(&["a".into()]);
+        hub.publish(&[frame(1, "a"), frame(2, "a")]);
+        hub.close();
+        assert!(a.is_closed());
+        assert_eq!(a.recv().await.map(|f| f.seq), Some(1));
+        assert_eq!(a.recv().await.map(|f| f.seq), Some(2));
+        assert!(a.recv().await.is_none());
+        let mut late = hub.subscribe(&["a".into()]);
+        hub.publish(&[frame(3, "a")]);
+        assert!(late.recv().await.is_none());
+        assert_eq!(hub.subscriber_slots(), 0);
     }
 
     #[tokio::test]

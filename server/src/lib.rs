@@ -92,7 +92,6 @@ pub async fn run(
         },
     );
     runner.start().await?;
-    let streams_end = CancellationToken::new();
     let state = gateway::AppState {
         journal: journal.clone(),
         runner: runner.clone(),
@@ -101,7 +100,6 @@ pub async fn run(
             max_streams: config.max_streams,
             max_active_turns: config.max_active_turns,
         }),
-        shutdown: streams_end.clone(),
     };
     let app = gateway::router(state, config.www.as_deref(), &config.cors_origins);
 
@@ -120,7 +118,8 @@ pub async fn run(
     runner
         .shutdown(Duration::from_secs(config.shutdown_grace_secs))
         .await;
-    streams_end.cancel();
+    // Streams send what was committed and queued for them, then end.
+    journal.hub().close();
     cleanup.abort();
     // Streams end now; a client that stopped reading could hold its connection open forever.
     match tokio::time::timeout(CLOSE_WAIT, server).await {

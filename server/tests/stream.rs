@@ -530,3 +530,53 @@ async fn a_subscriber_that_stops_reading_falls_back_to_the_journal() -> TestResu
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn heartbeats_go_out_only_on_a_quiet_stream() -> TestResult {
+    use futures::StreamExt;
+    use std::time::Instant;
+    let s = TestServer::start(&["--heartbeat-secs", "1", "--demo-delay-ms", "100"])?;
+    let res = reqwest::Client::new()
+        .get(format!("{}/api/stream?session=hb", s.url))
+        .send()
+        .await?;
+    let mut body = res.bytes_stream();
+    let mut next = async || -> TestResult<(Instant, String)> {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+            .await
+            .map_err(|_| "no write on the stream within 5 s")?
+            .ok_or("stream ended")??;
+        Ok((Instant::now(), String::from_utf8_lossy(&chunk).into_owned()))
+    };
+    // Idle: a heartbeat comes within the period (and the 5 s deadline).
+    loop {
+        if next().await?.1.contains(": heartbeat") {
+            break;
+        }
+    }
+    // Busy (a delta every 100 ms for 2.5 s): from its first event to `turn_ended`, no heartbeat.
+    s.send("hb", "/deltas 25").await?;
+    let mut started = false;
+    let ended_at = loop {
+        let (at, text) = next().await?;
+        if started {
+            assert!(
+                !text.contains(": heartbeat"),
+                "heartbeat while events flowed: {text:?}"
+            );
+        }
+        started |= text.contains("event: ");
+        if text.contains("event: turn_ended") {
+            break at;
+        }
+    };
+    // Quiet again: the next heartbeat comes about one period after the last event, not sooner.
+    let (at, text) = next().await?;
+    assert!(text.contains(": heartbeat"), "unexpected write {text:?}");
+    let gap = at - ended_at;
+    assert!(
+        gap >= Duration::from_millis(700),
+        "heartbeat {gap:?} after the last event"
+    );
+    Ok(())
+}

@@ -15,7 +15,6 @@ use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
@@ -41,8 +40,6 @@ pub struct AppState {
     pub journal: Journal,
     pub runner: Arc<Runner>,
     pub limits: Arc<Limits>,
-    /// Cancelled on shutdown: open streams end so the server can drain.
-    pub shutdown: CancellationToken,
 }
 
 /// The router: the API under `/api`, health and metrics, and (if given) static files at `/`.

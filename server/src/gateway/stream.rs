@@ -105,7 +105,7 @@ pub(crate) async fn stream(
         last: 0,
         heartbeat: None,
         heartbeat_every: state.limits.heartbeat,
-        shutdown: state.shutdown.clone(),
+        last_write: tokio::time::Instant::now(),
         metrics: metrics.clone(),
         replayed: 0,
         _guard: guard,
@@ -238,7 +238,9 @@ struct Pump {
     /// Armed once the stream is live.
     heartbeat: Option<tokio::time::Interval>,
     heartbeat_every: Duration,
-    shutdown: tokio_util::sync::CancellationToken,
+    /// When live frames were last queued: a heartbeat goes out only after a period without any
+    /// (checked when the timer fires, so sending frames never touches the timer).
+    last_write: tokio::time::Instant,
     metrics: Arc<Metrics>,
     /// Events replayed from the journal before going live.
     replayed: usize,
@@ -293,17 +295,16 @@ impl Pump {
 
     /// Reads one page of the journal after `last`; goes live once a page reaches the head.
     async fn catch_up_page(&mut self) {
-        let read = self
+        if self.sub.is_closed() {
+            // Shutting down: the client resumes from what it has.
+            self.phase = Phase::Done;
+            return;
+        }
+        match self
             .journal
-            .read_after(self.sessions.clone(), self.last, REPLAY_PAGE);
-        let page = tokio::select! {
-            page = read => page,
-            _ = self.shutdown.cancelled() => {
-                self.phase = Phase::Done;
-                return;
-            }
-        };
-        match page {
+            .read_after(self.sessions.clone(), self.last, REPLAY_PAGE)
+            .await
+        {
             Ok(Ok(page)) => {
                 if page.complete {
                     self.phase = Phase::Live;
@@ -318,16 +319,17 @@ impl Pump {
         }
     }
 
-    /// Waits for live frames, a heartbeat or shutdown. Returns a write, or `None` when the phase
-    /// changed (lag: back to the journal; shutdown: what was queued, then the end).
+    /// Waits for live frames or a heartbeat. Returns a write, or `None` when frames were queued
+    /// in `pending` or the phase changed (lag: back to the journal; the hub closed on shutdown:
+    /// the end, after every frame queued before it).
     async fn live(&mut self) -> Option<Bytes> {
         if self.replayed > 0 {
             self.metrics.replays.fetch_add(1, Ordering::Relaxed);
             self.replayed = 0;
         }
+        let every = self.heartbeat_every;
         let heartbeat = self.heartbeat.get_or_insert_with(|| {
-            let start = tokio::time::Instant::now() + self.heartbeat_every;
-            let mut h = tokio::time::interval_at(start, self.heartbeat_every);
+            let mut h = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             h.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             h
         });
@@ -360,28 +362,17 @@ impl Pump {
                     next = self.sub.try_recv();
                 }
                 self.pending.extend(batch.take());
-                if !self.pending.is_empty() {
-                    // A stream that carries events needs no heartbeat.
-                    heartbeat.reset();
-                }
+                self.last_write = tokio::time::Instant::now();
                 None
             }
-            _ = heartbeat.tick() => Some(Bytes::from_static(b": heartbeat\n\n")),
-            _ = self.shutdown.cancelled() => {
-                // Send what was committed and queued before the stream closes, so a turn that
-                // ended during the grace period reaches the client live.
-                let mut batch = Batch::default();
-                while let Some(frame) = self.sub.try_recv() {
-                    if frame.seq > self.last {
-                        self.last = frame.seq;
-                        if let Some(full) = batch.push(&frame) {
-                            self.pending.push_back(full);
-                        }
-                    }
+            _ = heartbeat.tick() => {
+                let quiet_until = self.last_write + every;
+                if quiet_until > tokio::time::Instant::now() {
+                    // Frames went out within the period: no heartbeat needed yet.
+                    heartbeat.reset_at(quiet_until);
+                    return None;
                 }
-                self.pending.extend(batch.take());
-                self.phase = Phase::Done;
-                None
+                Some(Bytes::from_static(b": heartbeat\n\n"))
             }
         }
     }
