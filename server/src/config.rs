@@ -90,6 +90,10 @@ pub struct Config {
     /// Most SSE streams open at once; more are refused with 503.
     #[arg(long, env = "TURNSTREAM_MAX_STREAMS", default_value_t = 100_000)]
     pub max_streams: usize,
+    /// Memory (MiB, over all sessions) for recent frames kept to answer reconnects without a
+    /// journal read; 0 turns it off (every resume then reads the journal).
+    #[arg(long, env = "TURNSTREAM_REPLAY_CACHE_MB", default_value_t = 64)]
+    pub replay_cache_mb: usize,
     /// Most turns one session may have queued or running.
     #[arg(long, env = "TURNSTREAM_MAX_ACTIVE_TURNS", default_value_t = turnstream_protocol::limits::MAX_ACTIVE_TURNS_PER_SESSION)]
     pub max_active_turns: usize,
@@ -125,6 +129,7 @@ mod tests {
         assert_eq!(c.listen.port(), 8080);
         assert_eq!(c.coalesce_ms, 25);
         assert_eq!(c.retention_secs, 3600);
+        assert_eq!(c.replay_cache_mb, 64);
         let Ok(Cli {
             command: Command::Serve(c),
         }) = Cli::try_parse_from([

@@ -1,11 +1,21 @@
-//! Live fan-out of committed events to stream subscribers, per session, in commit order.
+//! Live fan-out of committed events to stream subscribers, per session, in commit order, and
+//! the replay tail: the most recent committed frames of each session, kept in memory so that a
+//! reconnect that resumes from a recent position is answered without reading the journal.
 //!
 //! Each subscriber has a bounded queue. A subscriber that cannot keep up is never skipped silently:
 //! when its queue is full the frame is dropped *and* the subscriber is flagged lagged, so it goes
 //! back to the journal from the last id it sent before sending anything else.
+//!
+//! The tail is a cache of the journal, never a substitute: a session's tail holds *every* frame of
+//! that session after its `covered_from` position (a frame is added when its commit is published,
+//! and publishing follows commit order), so a resume from any position at or after it is served
+//! exactly from memory. Anything older, or a session with no tail, is read from the journal. Frames
+//! leave the tail oldest first, across all sessions, once the tail passes its byte budget; and a
+//! session's tail is cut back before retention deletes its events, so a position the journal no
+//! longer holds is never answered from memory.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -16,12 +26,24 @@ use crate::lock;
 /// Frames a subscriber may have queued before it is flagged lagged.
 pub const SUBSCRIBER_QUEUE: usize = 1024;
 
+/// Default memory for the replay tail, over all sessions.
+pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024 * 1024;
+
+/// What a frame costs the tail besides its bytes (the shared frame, its session id, queue slots).
+const FRAME_OVERHEAD: usize = 96;
+
 /// One committed event, encoded once as an SSE frame and shared by every subscriber.
 #[derive(Debug)]
 pub struct Frame {
     pub seq: i64,
     pub session_id: String,
     pub bytes: Bytes,
+}
+
+impl Frame {
+    fn cost(&self) -> usize {
+        self.bytes.len() + self.session_id.len() + FRAME_OVERHEAD
+    }
 }
 
 #[derive(Debug)]
@@ -31,18 +53,79 @@ struct Slot {
     lagged: Arc<AtomicBool>,
 }
 
+/// One session's subscribers and recent frames.
+#[derive(Debug)]
+struct Feed {
+    slots: Vec<Arc<Slot>>,
+    /// Every frame of the session after `covered_from`, in order.
+    tail: VecDeque<Arc<Frame>>,
+    /// The tail holds every frame of the session with a sequence above this one
+    /// (`i64::MAX`: it has seen no frame yet and covers nothing).
+    covered_from: i64,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        Feed {
+            slots: Vec::new(),
+            tail: VecDeque::new(),
+            covered_from: i64::MAX,
+        }
+    }
+}
+
+impl Feed {
+    fn is_unused(&self) -> bool {
+        self.slots.is_empty() && self.tail.is_empty()
+    }
+
+    /// Drops tail frames up to `seq`; the tail then covers only what is after it.
+    fn forget_through(&mut self, seq: i64) {
+        while self.tail.front().is_some_and(|f| f.seq <= seq) {
+            self.tail.pop_front();
+        }
+        if self.covered_from != i64::MAX {
+            self.covered_from = self.covered_from.max(seq);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
-struct Sessions {
-    slots: HashMap<String, Vec<Arc<Slot>>>,
+struct State {
+    feeds: HashMap<String, Feed>,
+    /// Every frame still counted against the budget, oldest first (over all sessions).
+    fifo: VecDeque<Arc<Frame>>,
+    tail_bytes: usize,
     /// Set by [`Hub::close`]: no subscriber is attached any more.
     closed: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Hub {
-    sessions: Mutex<Sessions>,
+    state: Mutex<State>,
     next_id: AtomicU64,
     closed: AtomicBool,
+    tail_budget: AtomicUsize,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub {
+            state: Mutex::new(State::default()),
+            next_id: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            tail_budget: AtomicUsize::new(DEFAULT_TAIL_BYTES),
+        }
+    }
+}
+
+/// Frames of a resume served from the replay tail.
+#[derive(Debug)]
+pub struct TailReplay {
+    /// The frames after the resume position, in order (at most the `limit` asked for).
+    pub frames: Vec<Arc<Frame>>,
+    /// False if the limit cut it short: the rest must be read from the journal.
+    pub complete: bool,
 }
 
 impl Hub {
@@ -50,60 +133,172 @@ impl Hub {
         Arc::new(Hub::default())
     }
 
+    /// Sets the replay tail's memory budget (0 turns it off). Applies from the next publish.
+    pub fn set_tail_budget(&self, bytes: usize) {
+        self.tail_budget.store(bytes, Ordering::Relaxed);
+    }
+
     /// Attaches a subscriber to the live feed of `sessions`. Attach first, then read the journal:
     /// whatever commits in between arrives here and is deduplicated by id.
     pub fn subscribe(self: &Arc<Self>, sessions: &[String]) -> Subscription {
+        self.subscribe_after(sessions, None, 0).0
+    }
+
+    /// Attaches a subscriber and, in the same step, takes from the replay tail the frames of
+    /// `sessions` after `after` (at most `limit`), if the tail covers that position for every one
+    /// of them. Nothing can fall between the two: a frame is either in what is returned or
+    /// delivered to the subscription later.
+    pub fn subscribe_after(
+        self: &Arc<Self>,
+        sessions: &[String],
+        after: Option<i64>,
+        limit: usize,
+    ) -> (Subscription, Option<TailReplay>) {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
         let lagged = Arc::new(AtomicBool::new(false));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut map = lock(&self.sessions);
-        if !map.closed {
+        let mut state = lock(&self.state);
+        let mut replay = None;
+        if !state.closed {
+            if let Some(after) = after {
+                replay = tail_after(&state.feeds, sessions, after, limit);
+            }
             let slot = Arc::new(Slot {
                 id,
                 tx,
                 lagged: lagged.clone(),
             });
             for s in sessions {
-                map.slots.entry(s.clone()).or_default().push(slot.clone());
+                state
+                    .feeds
+                    .entry(s.clone())
+                    .or_default()
+                    .slots
+                    .push(slot.clone());
             }
         }
-        Subscription {
+        drop(state);
+        let sub = Subscription {
             hub: self.clone(),
             id,
             lagged,
             sessions: sessions.to_vec(),
             rx,
+        };
+        (sub, replay)
+    }
+
+    /// Delivers committed frames, in order, and adds them to the replay tail. Called by the
+    /// journal writer after each commit.
+    pub fn publish(&self, frames: &[Arc<Frame>]) {
+        let budget = self.tail_budget.load(Ordering::Relaxed);
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        for frame in frames {
+            if budget == 0 {
+                if let Some(feed) = state.feeds.get(&frame.session_id) {
+                    deliver(&feed.slots, frame);
+                }
+                continue;
+            }
+            let feed = state.feeds.entry(frame.session_id.clone()).or_default();
+            deliver(&feed.slots, frame);
+            if feed.covered_from == i64::MAX {
+                // Every later frame of the session is published after this one.
+                feed.covered_from = frame.seq - 1;
+            }
+            feed.tail.push_back(frame.clone());
+            state.fifo.push_back(frame.clone());
+            state.tail_bytes += frame.cost();
+        }
+        while state.tail_bytes > budget {
+            let Some(old) = state.fifo.pop_front() else {
+                break;
+            };
+            state.tail_bytes -= old.cost();
+            if let Some(feed) = state.feeds.get_mut(&old.session_id) {
+                // Already gone from the session's tail if retention cut it back.
+                if feed.tail.front().is_some_and(|f| f.seq == old.seq) {
+                    feed.forget_through(old.seq);
+                }
+                if feed.is_unused() {
+                    state.feeds.remove(&old.session_id);
+                }
+            }
         }
     }
 
-    /// Delivers committed frames, in order. Called by the journal writer after each commit.
-    pub fn publish(&self, frames: &[Arc<Frame>]) {
-        let map = lock(&self.sessions);
-        for frame in frames {
-            let Some(slots) = map.slots.get(&frame.session_id) else {
-                continue;
-            };
-            for slot in slots {
-                if let Err(mpsc::error::TrySendError::Full(_)) = slot.tx.try_send(frame.clone()) {
-                    slot.lagged.store(true, Ordering::Release);
-                }
-            }
+    /// Before the journal stops holding a session's events up to `seq` (retention): the tail
+    /// stops answering positions before it.
+    pub fn forget_through(&self, session_id: &str, seq: i64) {
+        let mut state = lock(&self.state);
+        if let Some(feed) = state.feeds.get_mut(session_id) {
+            feed.forget_through(seq);
         }
     }
 
     /// Detaches every subscriber (on shutdown): each receives what is already queued for it,
     /// then the end of its feed. Later subscriptions end at once.
     pub fn close(&self) {
-        let mut map = lock(&self.sessions);
-        map.closed = true;
-        map.slots.clear();
+        let mut state = lock(&self.state);
+        state.closed = true;
+        for feed in state.feeds.values_mut() {
+            feed.slots.clear();
+        }
         self.closed.store(true, Ordering::Release);
     }
 
     /// Number of attached subscriptions (a subscription to several sessions counts once each).
     pub fn subscriber_slots(&self) -> usize {
-        lock(&self.sessions).slots.values().map(Vec::len).sum()
+        lock(&self.state)
+            .feeds
+            .values()
+            .map(|f| f.slots.len())
+            .sum()
     }
+
+    /// Bytes the replay tail holds against its budget.
+    pub fn tail_bytes(&self) -> usize {
+        lock(&self.state).tail_bytes
+    }
+}
+
+fn deliver(slots: &[Arc<Slot>], frame: &Arc<Frame>) {
+    for slot in slots {
+        if let Err(mpsc::error::TrySendError::Full(_)) = slot.tx.try_send(frame.clone()) {
+            slot.lagged.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// The frames of `sessions` after `after`, if every session's tail covers that position.
+fn tail_after(
+    feeds: &HashMap<String, Feed>,
+    sessions: &[String],
+    after: i64,
+    limit: usize,
+) -> Option<TailReplay> {
+    let mut frames: Vec<Arc<Frame>> = Vec::new();
+    let mut complete = true;
+    for s in sessions {
+        let feed = feeds.get(s)?;
+        if after < feed.covered_from {
+            return None;
+        }
+        let from = feed.tail.partition_point(|f| f.seq <= after);
+        let n = feed.tail.len() - from;
+        complete &= n <= limit;
+        frames.extend(feed.tail.range(from..).take(limit).cloned());
+    }
+    if sessions.len() > 1 {
+        frames.sort_unstable_by_key(|f| f.seq);
+    }
+    if frames.len() > limit {
+        // Several sessions: keep the oldest `limit`; the journal has the rest, in order.
+        frames.truncate(limit);
+        complete = false;
+    }
+    Some(TailReplay { frames, complete })
 }
 
 /// A live feed; detaches itself when dropped.
@@ -141,12 +336,12 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let mut map = lock(&self.hub.sessions);
+        let mut state = lock(&self.hub.state);
         for s in &self.sessions {
-            if let Some(slots) = map.slots.get_mut(s) {
-                slots.retain(|slot| slot.id != self.id);
-                if slots.is_empty() {
-                    map.slots.remove(s);
+            if let Some(feed) = state.feeds.get_mut(s) {
+                feed.slots.retain(|slot| slot.id != self.id);
+                if feed.is_unused() {
+                    state.feeds.remove(s);
                 }
             }
         }
@@ -201,6 +396,102 @@ mod tests {
         hub.publish(&[frame(3, "a")]);
         assert!(late.recv().await.is_none());
         assert_eq!(hub.subscriber_slots(), 0);
+    }
+
+    fn seqs(r: &Option<TailReplay>) -> Option<(Vec<i64>, bool)> {
+        r.as_ref()
+            .map(|r| (r.frames.iter().map(|f| f.seq).collect(), r.complete))
+    }
+
+    fn tail(
+        hub: &Arc<Hub>,
+        sessions: &[&str],
+        after: i64,
+        limit: usize,
+    ) -> Option<(Vec<i64>, bool)> {
+        let sessions: Vec<String> = sessions.iter().map(|s| s.to_string()).collect();
+        seqs(&hub.subscribe_after(&sessions, Some(after), limit).1)
+    }
+
+    #[tokio::test]
+    async fn the_tail_answers_only_positions_it_covers() {
+        let hub = Hub::new();
+        assert_eq!(tail(&hub, &["a"], 0, 100), None, "nothing published yet");
+        hub.publish(&[frame(5, "a"), frame(6, "b"), frame(7, "a")]);
+        hub.publish(&[frame(9, "b"), frame(10, "a")]);
+        // Session a's tail holds everything of a after 4 (its first frame is 5).
+        assert_eq!(tail(&hub, &["a"], 4, 100), Some((vec![5, 7, 10], true)));
+        assert_eq!(
+            tail(&hub, &["a"], 3, 100),
+            None,
+            "3 may hide an older event"
+        );
+        assert_eq!(tail(&hub, &["a"], 6, 100), Some((vec![7, 10], true)));
+        assert_eq!(tail(&hub, &["a"], 10, 100), Some((vec![], true)));
+        assert_eq!(
+            tail(&hub, &["a", "b"], 5, 100),
+            Some((vec![6, 7, 9, 10], true))
+        );
+        assert_eq!(
+            tail(&hub, &["a", "b"], 4, 100),
+            None,
+            "b covers only after 5"
+        );
+        assert_eq!(tail(&hub, &["a", "c"], 8, 100), None, "c has no tail");
+        // A limit cuts the oldest part off and says so.
+        assert_eq!(tail(&hub, &["a"], 4, 2), Some((vec![5, 7], false)));
+        assert_eq!(tail(&hub, &["a", "b"], 5, 3), Some((vec![6, 7, 9], false)));
+    }
+
+    #[tokio::test]
+    async fn nothing_falls_between_the_tail_and_the_live_feed() {
+        let hub = Hub::new();
+        hub.publish(&[frame(1, "a"), frame(2, "a")]);
+        let (mut sub, replay) = hub.subscribe_after(&["a".into()], Some(1), 100);
+        hub.publish(&[frame(3, "a")]);
+        assert_eq!(seqs(&replay), Some((vec![2], true)));
+        assert_eq!(sub.recv().await.map(|f| f.seq), Some(3));
+        assert!(sub.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_budget_evicts_oldest_first_and_moves_coverage() {
+        let hub = Hub::new();
+        let one = frame(1, "a").cost();
+        hub.set_tail_budget(3 * one);
+        hub.publish(&[frame(1, "a"), frame(2, "b"), frame(3, "a"), frame(4, "a")]);
+        assert_eq!(hub.tail_bytes(), 3 * one);
+        assert_eq!(tail(&hub, &["a"], 0, 100), None, "1 was evicted");
+        assert_eq!(tail(&hub, &["a"], 1, 100), Some((vec![3, 4], true)));
+        assert_eq!(tail(&hub, &["b"], 1, 100), Some((vec![2], true)));
+        hub.publish(&[frame(5, "a")]);
+        assert_eq!(
+            tail(&hub, &["b"], 1, 100),
+            None,
+            "b's only frame was evicted"
+        );
+        assert_eq!(tail(&hub, &["a"], 2, 100), Some((vec![3, 4, 5], true)));
+        hub.set_tail_budget(0);
+        hub.publish(&[frame(6, "a")]);
+        assert_eq!(hub.tail_bytes(), 0);
+        assert_eq!(tail(&hub, &["a"], 5, 100), None, "budget 0 keeps nothing");
+    }
+
+    #[tokio::test]
+    async fn retention_cuts_the_tail_back_before_it_deletes() {
+        let hub = Hub::new();
+        hub.publish(&[frame(1, "a"), frame(2, "a"), frame(3, "a")]);
+        hub.forget_through("a", 2);
+        assert_eq!(
+            tail(&hub, &["a"], 1, 100),
+            None,
+            "before the floor: the journal says expired"
+        );
+        assert_eq!(tail(&hub, &["a"], 2, 100), Some((vec![3], true)));
+        hub.forget_through("a", 3);
+        assert_eq!(tail(&hub, &["a"], 3, 100), Some((vec![], true)));
+        hub.publish(&[frame(4, "a")]);
+        assert_eq!(tail(&hub, &["a"], 3, 100), Some((vec![4], true)));
     }
 
     #[tokio::test]

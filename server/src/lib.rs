@@ -83,6 +83,9 @@ pub async fn run(
 ) -> Result<()> {
     let metrics = Arc::new(metrics::Metrics::default());
     let journal = Journal::open(&config.db, metrics)?;
+    journal
+        .hub()
+        .set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));
     let runner = Runner::new(
         journal.clone(),
         agent,

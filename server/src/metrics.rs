@@ -58,6 +58,7 @@ pub struct Metrics {
     pub append_latency: Histogram,
     pub batch_size: Histogram,
     pub replays: AtomicU64,
+    pub tail_replays: AtomicU64,
     pub replayed_events: AtomicU64,
     pub lag_fallbacks: AtomicU64,
     pub resyncs: [AtomicU64; 4],
@@ -74,6 +75,7 @@ impl Default for Metrics {
             append_latency: Histogram::new(LATENCY_BOUNDS),
             batch_size: Histogram::new(BATCH_BOUNDS),
             replays: AtomicU64::new(0),
+            tail_replays: AtomicU64::new(0),
             replayed_events: AtomicU64::new(0),
             lag_fallbacks: AtomicU64::new(0),
             resyncs: Default::default(),
@@ -140,6 +142,13 @@ impl Metrics {
             "Streams that replayed journal events.",
             "counter",
             &self.replays,
+        );
+        gauge(
+            &mut out,
+            "turnstream_tail_replays_total",
+            "Resumes answered from the in-memory replay tail without reading the journal.",
+            "counter",
+            &self.tail_replays,
         );
         gauge(
             &mut out,

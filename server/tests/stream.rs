@@ -104,14 +104,28 @@ async fn refresh_mid_turn_rebuilds_the_exact_text() -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn last_event_id_resumes_with_no_duplicate_and_no_gap() -> TestResult {
-    let s = TestServer::start(&["--demo-delay-ms", "3", "--coalesce-ms", "0"])?;
-    let (_, cursor) = s.history("l").await?;
-    let mut first = s
-        .stream(&format!("session=l&cursor={cursor}"), None)
+/// Reads one of the server's counters from `/metrics`.
+async fn counter(s: &TestServer, name: &str) -> TestResult<f64> {
+    let text = s
+        .http
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .await?
+        .text()
         .await?;
-    let sent = s.send("l", "/deltas 200").await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .ok_or_else(|| format!("no {name} in /metrics").into())
+}
+
+/// A stream drops after 30 events of a 200-delta turn and resumes with `Last-Event-ID`: the ids
+/// must be contiguous to the end of the turn.
+async fn resume_with_last_event_id(s: &TestServer, session: &str) -> TestResult {
+    let (_, cursor) = s.history(session).await?;
+    let mut first = s
+        .stream(&format!("session={session}&cursor={cursor}"), None)
+        .await?;
+    let sent = s.send(session, "/deltas 200").await?;
     let mut seen = Vec::new();
     while seen.len() < 30 {
         seen.push(first.next_event().await?);
@@ -121,7 +135,7 @@ async fn last_event_id_resumes_with_no_duplicate_and_no_gap() -> TestResult {
     // The browser reconnects natively: same URL, plus Last-Event-ID (which wins over cursor).
     let mut second = s
         .stream(
-            &format!("session=l&cursor={cursor}&snapshot=1"),
+            &format!("session={session}&cursor={cursor}&snapshot=1"),
             Some(&last),
         )
         .await?;
@@ -140,6 +154,72 @@ async fn last_event_id_resumes_with_no_duplicate_and_no_gap() -> TestResult {
         "ids must be contiguous: no gap, no duplicate"
     );
     assert_eq!(reply_text(&all, &sent.turn_id), deltas_text(200));
+    Ok(())
+}
+
+#[tokio::test]
+async fn last_event_id_resumes_with_no_duplicate_and_no_gap() -> TestResult {
+    let s = TestServer::start(&["--demo-delay-ms", "3", "--coalesce-ms", "0"])?;
+    resume_with_last_event_id(&s, "l").await?;
+    assert_eq!(
+        counter(&s, "turnstream_tail_replays_total").await?,
+        1.0,
+        "a resume from a recent position is answered from memory"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn last_event_id_resumes_from_the_journal_without_a_replay_tail() -> TestResult {
+    let s = TestServer::start(&[
+        "--demo-delay-ms",
+        "3",
+        "--coalesce-ms",
+        "0",
+        "--replay-cache-mb",
+        "0",
+    ])?;
+    resume_with_last_event_id(&s, "l").await?;
+    assert_eq!(counter(&s, "turnstream_tail_replays_total").await?, 0.0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn old_positions_past_the_tail_budget_are_read_from_the_journal() -> TestResult {
+    // 1 MiB holds a few thousand of these frames: the turn's start falls out of memory.
+    let s = TestServer::start(&[
+        "--demo-delay-ms",
+        "0",
+        "--coalesce-ms",
+        "0",
+        "--replay-cache-mb",
+        "1",
+    ])?;
+    let (_, cursor) = s.history("e").await?;
+    let sent = s.send("e", "/deltas 8000").await?;
+    s.wait_turn_end(&sent.turn_id).await?;
+    // From before the turn: the journal.
+    let mut from_start = s
+        .stream(&format!("session=e&cursor={cursor}"), None)
+        .await?;
+    let all = from_start.until_turn_ended(&sent.turn_id).await?;
+    assert_eq!(reply_text(&all, &sent.turn_id), deltas_text(8000));
+    assert_eq!(counter(&s, "turnstream_tail_replays_total").await?, 0.0);
+    // From near the end: memory, the same events as the journal gave.
+    let at = all.len() - 100;
+    let mut near_end = s.stream("session=e", Some(&all[at - 1].id)).await?;
+    let tail = near_end.until_turn_ended(&sent.turn_id).await?;
+    assert_eq!(counter(&s, "turnstream_tail_replays_total").await?, 1.0);
+    let ids = |es: &[turnstream_protocol::Event]| -> Vec<String> {
+        es.iter()
+            .map(|e| serde_json::to_string(e).unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(
+        ids(&tail),
+        ids(&all[at..]),
+        "the tail and the journal agree"
+    );
     Ok(())
 }
 

@@ -16,16 +16,20 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use turnstream_protocol::limits::{is_valid_id, MAX_SESSIONS_PER_STREAM};
-use turnstream_protocol::{sse, ResyncReason, ResyncRequired, RESYNC_EVENT, SNAPSHOT_EVENT};
+use turnstream_protocol::{
+    sse, Cursor, ResyncReason, ResyncRequired, RESYNC_EVENT, SNAPSHOT_EVENT,
+};
 
 use super::error::AppError;
 use super::AppState;
-use crate::hub::Subscription;
-use crate::journal::{Journal, Page};
+use crate::hub::{Subscription, TailReplay};
+use crate::journal::{Journal, Page, StreamStart};
 use crate::metrics::Metrics;
 
 /// Events read from the journal per query while replaying.
 const REPLAY_PAGE: usize = 2000;
+/// Most events a resume takes from the replay tail at once (the rest, if any, from the journal).
+const TAIL_PAGE: usize = 20_000;
 /// Reconnection delay suggested to EventSource.
 const RETRY_MS: u64 = 1000;
 
@@ -89,12 +93,33 @@ pub(crate) async fn stream(
     let Some(guard) = ConnectionGuard::try_new(metrics.clone(), state.limits.max_streams) else {
         return Err(too_many_streams());
     };
-    // Attach first, so nothing that commits while the journal is read can be missed.
-    let sub = state.journal.hub().subscribe(&params.sessions);
-    let start = state
+    // Attach first, so nothing that commits while the journal is read can be missed. A resume
+    // from a recent position is answered from the hub's replay tail in the same step, without a
+    // journal read; anything else (a snapshot, an old, invalid or foreign position) reads it.
+    let recent = match &resume {
+        Some(r) if !want_snapshot => recent_position(&state.journal, r),
+        _ => None,
+    };
+    let (sub, tail) = state
         .journal
-        .stream_start(params.sessions.clone(), resume, want_snapshot, REPLAY_PAGE)
-        .await?;
+        .hub()
+        .subscribe_after(&params.sessions, recent, TAIL_PAGE);
+    let start = match (tail, recent) {
+        (Some(tail), Some(after)) => {
+            metrics.tail_replays.fetch_add(1, Ordering::Relaxed);
+            Ok(StreamStart {
+                snapshot: None,
+                page: page_from_tail(tail, after),
+                resume_seq: after,
+            })
+        }
+        _ => {
+            state
+                .journal
+                .stream_start(params.sessions.clone(), resume, want_snapshot, REPLAY_PAGE)
+                .await?
+        }
+    };
     let mut prelude = format!("retry: {RETRY_MS}\n\n");
     let mut pump = Pump {
         pending: VecDeque::new(),
@@ -144,6 +169,30 @@ pub(crate) async fn stream(
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(res)
+}
+
+/// The sequence of a valid resume position of this journal, if it is not ahead of the head
+/// (the journal read reports every other case).
+fn recent_position(journal: &Journal, resume: &str) -> Option<i64> {
+    let cursor = resume.parse::<Cursor>().ok()?;
+    (cursor.epoch == journal.epoch() && cursor.sequence <= journal.head())
+        .then_some(cursor.sequence)
+}
+
+/// A first page made of frames from the replay tail, joined into writes like the journal's.
+fn page_from_tail(tail: TailReplay, after: i64) -> Page {
+    let mut batch = Batch::default();
+    let mut chunks = Vec::new();
+    for frame in &tail.frames {
+        chunks.extend(batch.push(frame));
+    }
+    chunks.extend(batch.take());
+    Page {
+        chunks,
+        events: tail.frames.len(),
+        last_seq: tail.frames.last().map_or(after, |f| f.seq),
+        complete: tail.complete,
+    }
 }
 
 fn too_many_streams() -> AppError {

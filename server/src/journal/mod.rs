@@ -88,6 +88,8 @@ pub(crate) struct WriteCtx<'a> {
     epoch: &'a str,
     next_seq: &'a mut i64,
     frames: Vec<Arc<Frame>>,
+    /// The live feed, told before the commit when retention stops holding events.
+    pub(crate) hub: &'a Hub,
     /// Unix milliseconds, one value for the whole job.
     pub now: i64,
 }
@@ -384,7 +386,7 @@ fn writer_loop(
             let saved = next_seq;
             let enqueued = job.enqueued;
             if !job.savepoint {
-                let (ok, completion, job_frames) = run_job(&tx, epoch, &mut next_seq, job.run);
+                let (ok, completion, job_frames) = run_job(&tx, epoch, &mut next_seq, hub, job.run);
                 if ok {
                     frames.extend(job_frames);
                 } else {
@@ -401,7 +403,7 @@ fn writer_loop(
                     continue;
                 }
             };
-            let (ok, completion, job_frames) = run_job(&sp, epoch, &mut next_seq, job.run);
+            let (ok, completion, job_frames) = run_job(&sp, epoch, &mut next_seq, hub, job.run);
             if !ok {
                 next_seq = saved;
                 let _ = sp.rollback();
@@ -449,6 +451,7 @@ fn run_job(
     conn: &Connection,
     epoch: &str,
     next_seq: &mut i64,
+    hub: &Hub,
     run: JobFn,
 ) -> (bool, Completion, Vec<Arc<Frame>>) {
     let mut ctx = WriteCtx {
@@ -456,6 +459,7 @@ fn run_job(
         epoch,
         next_seq,
         frames: Vec::new(),
+        hub,
         now: now_ms(),
     };
     let (ok, completion) = run(Some(&mut ctx));

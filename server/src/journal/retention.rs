@@ -2,17 +2,21 @@
 //! and raising each session's replay floor, so an older cursor is told to resync instead of
 //! being served a silent gap. An active turn's events are never deleted.
 
-use rusqlite::{params, Connection};
+use rusqlite::params;
 
 use super::{Journal, WriteCtx};
 use crate::error::Result;
 
-pub(super) fn raise_floor(conn: &Connection, session_id: &str, floor: i64) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO floors(session_id, floor_seq) VALUES (?1, ?2)
+/// Raises a session's floor to `floor`. The hub's replay tail is cut back first, inside the
+/// transaction: once the deletion commits, no position before the floor is answered from memory.
+pub(super) fn raise_floor(ctx: &WriteCtx<'_>, session_id: &str, floor: i64) -> Result<()> {
+    ctx.hub.forget_through(session_id, floor);
+    ctx.conn
+        .prepare_cached(
+            "INSERT INTO floors(session_id, floor_seq) VALUES (?1, ?2)
          ON CONFLICT(session_id) DO UPDATE SET floor_seq = MAX(floor_seq, excluded.floor_seq)",
-    )?
-    .execute(params![session_id, floor])?;
+        )?
+        .execute(params![session_id, floor])?;
     Ok(())
 }
 
@@ -69,7 +73,7 @@ fn purge_turns(ctx: &mut WriteCtx<'_>, turns: &[(String, String)]) -> Result<u64
                 .conn
                 .prepare_cached("DELETE FROM events WHERE turn_id = ?1")?
                 .execute([turn_id])? as u64;
-            raise_floor(ctx.conn, session_id, max)?;
+            raise_floor(ctx, session_id, max)?;
         }
         ctx.conn
             .prepare_cached("UPDATE turns SET purged = 1 WHERE turn_id = ?1")?
@@ -100,7 +104,7 @@ fn purge_loose_events(
                  AND (?3 IS NULL OR ts < ?3)",
             )?
             .execute(params![session_id, max, cutoff_ms])? as u64;
-        raise_floor(ctx.conn, &session_id, max)?;
+        raise_floor(ctx, &session_id, max)?;
     }
     Ok(deleted)
 }
