@@ -103,6 +103,15 @@ pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result
     let metrics = Arc::new(Metrics::default());
     let journal = Journal::open(&dir.path().join("ts.db"), metrics.clone())
         .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
+    // The server's replay tail, sized as the binary would size it from its environment.
+    if let Some(mb) = std::env::var("TURNSTREAM_REPLAY_CACHE_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        journal
+            .hub()
+            .set_tail_budget(mb.saturating_mul(1024 * 1024));
+    }
     let total = (sessions * per_session) as usize;
     let stamps: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
     let runner = Runner::new(

@@ -201,7 +201,15 @@ impl Hub {
                 }
                 continue;
             }
-            let feed = state.feeds.entry(frame.session_id.clone()).or_default();
+            // Look up first: a new key (and its allocation) only for a session's first frame.
+            if !state.feeds.contains_key(&frame.session_id) {
+                state
+                    .feeds
+                    .insert(frame.session_id.clone(), Feed::default());
+            }
+            let Some(feed) = state.feeds.get_mut(&frame.session_id) else {
+                continue;
+            };
             deliver(&feed.slots, frame);
             if feed.covered_from == i64::MAX {
                 // Every later frame of the session is published after this one.
