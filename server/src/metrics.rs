@@ -139,7 +139,7 @@ impl Metrics {
         gauge(
             &mut out,
             "turnstream_replays_total",
-            "Streams that replayed journal events.",
+            "Streams that replayed events (from the journal or the replay tail) before going live.",
             "counter",
             &self.replays,
         );
