@@ -104,20 +104,6 @@ async fn refresh_mid_turn_rebuilds_the_exact_text() -> TestResult {
     Ok(())
 }
 
-/// Reads one of the server's counters from `/metrics`.
-async fn counter(s: &TestServer, name: &str) -> TestResult<f64> {
-    let text = s
-        .http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await?
-        .text()
-        .await?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-        .ok_or_else(|| format!("no {name} in /metrics").into())
-}
-
 /// A stream drops after 30 events of a 200-delta turn and resumes with `Last-Event-ID`: the ids
 /// must be contiguous to the end of the turn.
 async fn resume_with_last_event_id(s: &TestServer, session: &str) -> TestResult {
@@ -162,7 +148,7 @@ async fn last_event_id_resumes_with_no_duplicate_and_no_gap() -> TestResult {
     let s = TestServer::start(&["--demo-delay-ms", "3", "--coalesce-ms", "0"])?;
     resume_with_last_event_id(&s, "l").await?;
     assert_eq!(
-        counter(&s, "turnstream_tail_replays_total").await?,
+        s.counter("turnstream_tail_replays_total").await?,
         1.0,
         "a resume from a recent position is answered from memory"
     );
@@ -180,7 +166,7 @@ async fn last_event_id_resumes_from_the_journal_without_a_replay_tail() -> TestR
         "0",
     ])?;
     resume_with_last_event_id(&s, "l").await?;
-    assert_eq!(counter(&s, "turnstream_tail_replays_total").await?, 0.0);
+    assert_eq!(s.counter("turnstream_tail_replays_total").await?, 0.0);
     Ok(())
 }
 
@@ -204,12 +190,12 @@ async fn old_positions_past_the_tail_budget_are_read_from_the_journal() -> TestR
         .await?;
     let all = from_start.until_turn_ended(&sent.turn_id).await?;
     assert_eq!(reply_text(&all, &sent.turn_id), deltas_text(8000));
-    assert_eq!(counter(&s, "turnstream_tail_replays_total").await?, 0.0);
+    assert_eq!(s.counter("turnstream_tail_replays_total").await?, 0.0);
     // From near the end: memory, the same events as the journal gave.
     let at = all.len() - 100;
     let mut near_end = s.stream("session=e", Some(&all[at - 1].id)).await?;
     let tail = near_end.until_turn_ended(&sent.turn_id).await?;
-    assert_eq!(counter(&s, "turnstream_tail_replays_total").await?, 1.0);
+    assert_eq!(s.counter("turnstream_tail_replays_total").await?, 1.0);
     let ids = |es: &[turnstream_protocol::Event]| -> Vec<String> {
         es.iter()
             .map(|e| serde_json::to_string(e).unwrap_or_default())
@@ -266,21 +252,11 @@ async fn every_resync_reason_is_sent_and_closes_the_stream() -> TestResult {
         .stream(&format!("session=x&cursor={cursor}&snapshot=1"), None)
         .await?;
     assert!(ok.snapshot().await?.active_turns.is_empty());
-    let metrics = s
-        .http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await?
-        .text()
-        .await?;
     for reason in ["invalid", "epoch", "future", "expired"] {
-        let line = format!("turnstream_resyncs_total{{reason=\"{reason}\"}} ");
-        let n: u64 = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&line))
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or("missing resync metric")?;
-        assert!(n >= 1, "{reason} counted {n}");
+        let n = s
+            .counter(&format!("turnstream_resyncs_total{{reason=\"{reason}\"}}"))
+            .await?;
+        assert!(n >= 1.0, "{reason} counted {n}");
     }
     Ok(())
 }
@@ -592,20 +568,9 @@ async fn a_subscriber_that_stops_reading_falls_back_to_the_journal() -> TestResu
         "gap or duplicate after lag"
     );
     assert_eq!(reply_text(&events, &sent.turn_id), deltas_text(n));
-    let metrics = s
-        .http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await?
-        .text()
-        .await?;
-    let lags: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("turnstream_lag_fallbacks_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or("no lag metric")?;
+    let lags = s.counter("turnstream_lag_fallbacks_total").await?;
     assert!(
-        lags >= 1,
+        lags >= 1.0,
         "the subscriber never lagged, so the fallback was not exercised"
     );
     Ok(())

@@ -179,6 +179,20 @@ impl TestServer {
         Ok((status, res.json().await.unwrap_or(Value::Null)))
     }
 
+    /// One of the server's counters (or gauges) from `/metrics`, by its name with any labels.
+    pub async fn counter(&self, name: &str) -> TestResult<f64> {
+        let text = self
+            .http
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await?
+            .text()
+            .await?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .ok_or_else(|| format!("no {name} in /metrics").into())
+    }
+
     pub async fn cancel(&self, turn: &str) -> TestResult<(u16, Value)> {
         let res = self
             .http
