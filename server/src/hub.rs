@@ -22,6 +22,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::lock;
+use crate::metrics::Metrics;
 
 /// Frames a subscriber may have queued before it is flagged lagged.
 pub const SUBSCRIBER_QUEUE: usize = 1024;
@@ -106,6 +107,7 @@ pub struct Hub {
     next_id: AtomicU64,
     closed: AtomicBool,
     tail_budget: AtomicUsize,
+    metrics: Arc<Metrics>,
 }
 
 impl Default for Hub {
@@ -115,6 +117,7 @@ impl Default for Hub {
             next_id: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             tail_budget: AtomicUsize::new(DEFAULT_TAIL_BYTES),
+            metrics: Arc::new(Metrics::default()),
         }
     }
 }
@@ -131,6 +134,14 @@ pub struct TailReplay {
 impl Hub {
     pub fn new() -> Arc<Hub> {
         Arc::new(Hub::default())
+    }
+
+    /// A hub that reports the replay tail's size in `metrics`.
+    pub fn with_metrics(metrics: Arc<Metrics>) -> Arc<Hub> {
+        Arc::new(Hub {
+            metrics,
+            ..Hub::default()
+        })
     }
 
     /// Sets the replay tail's memory budget (0 turns it off). Applies from the next publish.
@@ -234,6 +245,9 @@ impl Hub {
                 }
             }
         }
+        self.metrics
+            .tail_bytes
+            .store(state.tail_bytes as u64, Ordering::Relaxed);
     }
 
     /// Before the journal stops holding a session's events up to `seq` (retention): the tail
@@ -469,6 +483,11 @@ mod tests {
         hub.set_tail_budget(3 * one);
         hub.publish(&[frame(1, "a"), frame(2, "b"), frame(3, "a"), frame(4, "a")]);
         assert_eq!(hub.tail_bytes(), 3 * one);
+        assert_eq!(
+            hub.metrics.tail_bytes.load(Ordering::Relaxed),
+            3 * one as u64,
+            "the gauge follows the tail"
+        );
         assert_eq!(tail(&hub, &["a"], 0, 100), None, "1 was evicted");
         assert_eq!(tail(&hub, &["a"], 1, 100), Some((vec![3, 4], true)));
         assert_eq!(tail(&hub, &["b"], 1, 100), Some((vec![2], true)));

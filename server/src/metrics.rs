@@ -59,6 +59,8 @@ pub struct Metrics {
     pub batch_size: Histogram,
     pub replays: AtomicU64,
     pub tail_replays: AtomicU64,
+    /// Bytes the hub's replay tail holds against its budget.
+    pub tail_bytes: AtomicU64,
     pub replayed_events: AtomicU64,
     pub lag_fallbacks: AtomicU64,
     pub resyncs: [AtomicU64; 4],
@@ -76,6 +78,7 @@ impl Default for Metrics {
             batch_size: Histogram::new(BATCH_BOUNDS),
             replays: AtomicU64::new(0),
             tail_replays: AtomicU64::new(0),
+            tail_bytes: AtomicU64::new(0),
             replayed_events: AtomicU64::new(0),
             lag_fallbacks: AtomicU64::new(0),
             resyncs: Default::default(),
@@ -149,6 +152,13 @@ impl Metrics {
             "Resumes answered from the in-memory replay tail without reading the journal.",
             "counter",
             &self.tail_replays,
+        );
+        gauge(
+            &mut out,
+            "turnstream_replay_tail_bytes",
+            "Memory the replay tail holds (recent frames kept to answer reconnects), against --replay-cache-mb.",
+            "gauge",
+            &self.tail_bytes,
         );
         gauge(
             &mut out,

@@ -384,6 +384,8 @@ async fn turn_status_health_readiness_and_metrics() -> TestResult {
         "turnstream_append_latency_seconds_bucket",
         "turnstream_commit_batch_size_bucket",
         "turnstream_replays_total ",
+        "turnstream_tail_replays_total ",
+        "turnstream_replay_tail_bytes ",
         "turnstream_resyncs_total{reason=\"expired\"}",
     ] {
         assert!(text.contains(name), "metrics lack {name}");

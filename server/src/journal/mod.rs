@@ -191,7 +191,7 @@ impl Journal {
         let epoch = schema::migrate(&mut conn)?;
         let head_seq = store::head(&conn)?;
         let head = Arc::new(AtomicI64::new(head_seq));
-        let hub = Hub::new();
+        let hub = Hub::with_metrics(metrics.clone());
         let (tx, rx) = std_mpsc::channel::<Job>();
         let thread = {
             let epoch = epoch.clone();
