@@ -97,14 +97,13 @@ struct State {
     /// Every frame still counted against the budget, oldest first (over all sessions).
     fifo: VecDeque<Arc<Frame>>,
     tail_bytes: usize,
-    /// Set by [`Hub::close`]: no subscriber is attached any more.
-    closed: bool,
 }
 
 #[derive(Debug)]
 pub struct Hub {
     state: Mutex<State>,
     next_id: AtomicU64,
+    /// Set by [`Hub::close`] (under the state's lock): no subscriber is attached any more.
     closed: AtomicBool,
     tail_budget: AtomicUsize,
     metrics: Arc<Metrics>,
@@ -178,7 +177,7 @@ impl Hub {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut state = lock(&self.state);
         let mut replay = None;
-        if !state.closed {
+        if !self.closed.load(Ordering::Acquire) {
             if let Some(after) = after {
                 replay = tail_after(&state.feeds, sessions, after, limit);
             }
@@ -274,11 +273,10 @@ impl Hub {
     /// then the end of its feed. Later subscriptions end at once.
     pub fn close(&self) {
         let mut state = lock(&self.state);
-        state.closed = true;
+        self.closed.store(true, Ordering::Release);
         for feed in state.feeds.values_mut() {
             feed.slots.clear();
         }
-        self.closed.store(true, Ordering::Release);
     }
 
     /// Number of attached subscriptions (a subscription to several sessions counts once each).
@@ -288,11 +286,6 @@ impl Hub {
             .values()
             .map(|f| f.slots.len())
             .sum()
-    }
-
-    /// Bytes the replay tail holds against its budget.
-    pub fn tail_bytes(&self) -> usize {
-        lock(&self.state).tail_bytes
     }
 }
 
@@ -493,11 +486,10 @@ mod tests {
         let one = frame(1, "a").cost();
         hub.set_tail_budget(3 * one);
         hub.publish(&[frame(1, "a"), frame(2, "b"), frame(3, "a"), frame(4, "a")]);
-        assert_eq!(hub.tail_bytes(), 3 * one);
         assert_eq!(
             hub.metrics.tail_bytes.load(Ordering::Relaxed),
             3 * one as u64,
-            "the gauge follows the tail"
+            "the tail holds three frames, and its gauge says so"
         );
         assert_eq!(tail(&hub, &["a"], 0, 100), None, "1 was evicted");
         assert_eq!(tail(&hub, &["a"], 1, 100), Some((vec![3, 4], true)));
@@ -511,7 +503,7 @@ mod tests {
         assert_eq!(tail(&hub, &["a"], 2, 100), Some((vec![3, 4, 5], true)));
         hub.set_tail_budget(0);
         hub.publish(&[frame(6, "a")]);
-        assert_eq!(hub.tail_bytes(), 0);
+        assert_eq!(hub.metrics.tail_bytes.load(Ordering::Relaxed), 0);
         assert_eq!(tail(&hub, &["a"], 5, 100), None, "budget 0 keeps nothing");
     }
 

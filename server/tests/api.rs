@@ -390,12 +390,8 @@ async fn turn_status_health_readiness_and_metrics() -> TestResult {
     ] {
         assert!(text.contains(name), "metrics lack {name}");
     }
-    let appended: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("turnstream_events_appended_total "))
-        .and_then(|v| v.parse().ok())
-        .ok_or("no appended counter")?;
-    assert!(appended >= 5);
+    let appended = s.counter("turnstream_events_appended_total").await?;
+    assert!(appended >= 5.0);
     Ok(())
 }
 

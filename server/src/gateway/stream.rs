@@ -1,8 +1,9 @@
 //! `GET /api/stream`: one SSE stream per tab, over any number of sessions (up to a limit).
 //!
-//! Attach to the live feed first, then read the journal from the resume position (snapshot and
-//! replay in one read transaction), then send live frames, dropping those already sent. A
-//! subscriber that falls behind goes back to the journal from the last id it sent.
+//! Attach to the live feed first, then replay from the resume position: from the hub's replay
+//! tail when it covers that position (taken in the same step as the attach), else from the
+//! journal (snapshot and replay in one read transaction). Then send live frames, dropping those
+//! already sent. A subscriber that falls behind goes back to the journal from the last id it sent.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
