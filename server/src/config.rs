@@ -97,11 +97,19 @@ pub struct Config {
     /// Most turns one session may have queued or running.
     #[arg(long, env = "TURNSTREAM_MAX_ACTIVE_TURNS", default_value_t = turnstream_protocol::limits::MAX_ACTIVE_TURNS_PER_SESSION)]
     pub max_active_turns: usize,
+    /// Milliseconds a journal statement waits for a lock another process holds on the database
+    /// before the write fails (`503 storage_unavailable`) and is retried later.
+    #[arg(long, env = "TURNSTREAM_BUSY_TIMEOUT_MS", default_value_t = 5000)]
+    pub busy_timeout_ms: u64,
 }
 
 impl Config {
     pub fn coalesce(&self) -> Duration {
         Duration::from_millis(self.coalesce_ms)
+    }
+
+    pub fn busy_timeout(&self) -> Duration {
+        Duration::from_millis(self.busy_timeout_ms)
     }
 
     pub fn heartbeat(&self) -> Duration {

@@ -6,13 +6,19 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use turnstream_protocol::{ErrorBody, ErrorDetail};
 
-use crate::error::Error;
+use crate::error::{Error, StorageFault};
+
+/// `Retry-After` (seconds) of an answer refused because journal writes fail: long enough not
+/// to hammer a struggling disk, short enough that a client notices recovery promptly.
+pub const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 
 #[derive(Debug)]
 pub struct AppError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds sent as `Retry-After`, for refusals that a later retry can overcome.
+    pub retry_after: Option<u64>,
 }
 
 impl AppError {
@@ -21,7 +27,24 @@ impl AppError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// Adds a `Retry-After` of `secs` seconds.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// A write the storage refused: `507 storage_full` when the disk is full, otherwise
+    /// `503 storage_unavailable`; both say when to retry.
+    pub fn storage(fault: StorageFault, message: impl Into<String>) -> Self {
+        let (status, code) = match fault {
+            StorageFault::Full => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+            StorageFault::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+        };
+        Self::new(status, code, message).retry_after(STORAGE_RETRY_AFTER_SECS)
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -31,7 +54,8 @@ impl AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        // A refusal with a Retry-After is expected while it lasts and logged where it arises.
+        if self.status.is_server_error() && self.retry_after.is_none() {
             tracing::error!(code = self.code, message = %self.message, "server error");
         }
         let body = ErrorBody {
@@ -40,7 +64,12 @@ impl IntoResponse for AppError {
                 message: self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut res = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            res.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        res
     }
 }
 
@@ -71,11 +100,14 @@ impl From<Error> for AppError {
                 "shutting_down",
                 e.to_string(),
             ),
-            other => AppError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                other.to_string(),
-            ),
+            other => match other.storage_fault() {
+                Some(fault) => AppError::storage(fault, other.to_string()),
+                None => AppError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    other.to_string(),
+                ),
+            },
         }
     }
 }
