@@ -302,7 +302,8 @@ fn fail_all(
     not_run: Vec<Job>,
     lost: Lost,
 ) -> (StorageFault, String) {
-    tracing::error!(error = %lost.message, jobs = ran.len() + not_run.len(), "journal: a write batch was lost");
+    // Not an error log per batch: the health logs the first failure and the recovery.
+    tracing::debug!(error = %lost.message, jobs = ran.len() + not_run.len(), "journal: a write batch was lost");
     for (_, completion) in ran {
         completion(Err(lost.error()));
     }
