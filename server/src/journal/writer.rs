@@ -410,6 +410,35 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_the_storage_rolled_back_loses_the_whole_batch() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let mut w = writer(dir.path())?;
+        let mut sub = w.hub.subscribe(&["s".to_string()]);
+        let mut next_seq = 1;
+        let (a, mut ra) = append(true);
+        // What SQLite does by itself after some I/O errors or a full disk: the whole transaction
+        // is gone, and the statements that follow would run outside it.
+        let (rolled_back, mut rr) = Job::new(false, |ctx| -> Result<()> {
+            ctx.conn.execute_batch("ROLLBACK")?;
+            Err(Error::storage(StorageFault::Full, "disk full"))
+        });
+        let (c, mut rc) = append(true);
+        let fault = w.commit_batch(vec![a, rolled_back, c], &mut next_seq);
+        assert_eq!(fault.map(|f| f.0), Some(StorageFault::Full));
+        for r in [&mut ra, &mut rc] {
+            assert!(
+                matches!(r.try_recv()?, Err(Error::Storage { .. })),
+                "a job before or after the rollback must not look committed"
+            );
+        }
+        assert!(matches!(rr.try_recv()?, Err(Error::Storage { .. })));
+        assert!(sub.try_recv().is_none());
+        assert!(events(&w)?.is_empty(), "no job ran outside the transaction");
+        assert_eq!(next_seq, 1);
+        Ok(())
+    }
+
+    #[test]
     fn a_lock_held_elsewhere_fails_the_batch_and_the_probe_notices_its_release() -> TestResult {
         let dir = tempfile::tempdir()?;
         let mut w = writer(dir.path())?;
