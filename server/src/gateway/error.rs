@@ -134,3 +134,52 @@ impl From<PathRejection> for AppError {
         AppError::bad_request("invalid_path", r.body_text())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(e: Error) -> Response {
+        AppError::from(e).into_response()
+    }
+
+    fn retry_after(res: &Response) -> Option<&str> {
+        res.headers()
+            .get(axum::http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn storage_faults_answer_507_or_503_with_retry_after() {
+        let full = answer(Error::storage(
+            StorageFault::Full,
+            "database or disk is full",
+        ));
+        assert_eq!(full.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(retry_after(&full), Some("5"));
+
+        let locked = Error::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            Some("database is locked".into()),
+        ));
+        let locked = answer(locked);
+        assert_eq!(locked.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after(&locked), Some("5"));
+
+        let corrupt = answer(Error::Corrupt("bad row".into()));
+        assert_eq!(corrupt.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(retry_after(&corrupt), None);
+    }
+
+    #[test]
+    fn storage_codes_are_stable() {
+        assert_eq!(
+            AppError::from(Error::storage(StorageFault::Full, "x")).code,
+            "storage_full"
+        );
+        assert_eq!(
+            AppError::from(Error::storage(StorageFault::Unavailable, "x")).code,
+            "storage_unavailable"
+        );
+    }
+}
