@@ -301,7 +301,7 @@ async fn a_write_lock_held_elsewhere_refuses_work_then_every_acknowledged_turn_e
     let mut stream = server.stream("session=la&session=lb", None).await?;
     // A turn that will finish while the lock is held, one queued behind it, and one that runs
     // until it is cancelled.
-    let a1 = server.send("la", "/deltas 50").await?.turn_id;
+    let a1 = server.send("la", "/deltas 200").await?.turn_id;
     let a2 = server.send("la", "/echo second in line").await?.turn_id;
     let b1 = server.send("lb", "/sleep 600000 never said").await?.turn_id;
     wait_state(&server, &a1, TurnState::Running).await?;
@@ -367,7 +367,7 @@ async fn a_full_disk_refuses_work_then_every_acknowledged_turn_ends_once() -> Te
         &["--coalesce-ms", "0", "--demo-delay-ms", "10"],
     )?;
     let mut stream = server.stream("session=da&session=db", None).await?;
-    let a1 = server.send("da", "/deltas 60").await?.turn_id;
+    let a1 = server.send("da", "/deltas 200").await?.turn_id;
     let a2 = server.send("da", "/echo second in line").await?.turn_id;
     let b1 = server.send("db", "/sleep 600000 never said").await?.turn_id;
     wait_state(&server, &a1, TurnState::Running).await?;
@@ -430,7 +430,7 @@ async fn a_turn_whose_end_never_landed_ends_interrupted_at_the_next_start() -> T
     let flags = ["--busy-timeout-ms", "100", "--demo-delay-ms", "10"];
     let mut server = TestServer::start(&flags)?;
     let a1 = server
-        .send("ra", "/sleep 300 ends behind a lock")
+        .send("ra", "/sleep 1500 ends behind a lock")
         .await?
         .turn_id;
     let a2 = server
