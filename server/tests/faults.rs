@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{wait_for, SseClient, TestResult, TestServer, DEADLINE};
@@ -292,7 +292,7 @@ async fn a_write_lock_held_elsewhere_refuses_work_then_every_acknowledged_turn_e
 ) -> TestResult {
     let server = TestServer::start(&[
         "--busy-timeout-ms",
-        "100",
+        "1000",
         "--coalesce-ms",
         "0",
         "--demo-delay-ms",
@@ -311,10 +311,17 @@ async fn a_write_lock_held_elsewhere_refuses_work_then_every_acknowledged_turn_e
     let lock = WriteLock::take(&server.db_path())?;
     // The first turn's agent finishes; its end cannot be journaled and is retried.
     wait_end_retries(&server, 1.0).await?;
+    wait_ready(&server, 503, "storage_unavailable").await?;
+    // Writes already fail: a new one is refused without waiting the whole busy timeout.
+    let sent = Instant::now();
     post(&server, "la", "sent while the database is locked")
         .await?
         .expect_refused(503, "storage_unavailable")?;
-    wait_ready(&server, 503, "storage_unavailable").await?;
+    let waited = sent.elapsed();
+    assert!(
+        waited < Duration::from_millis(1000),
+        "refused after {waited:?}, not promptly"
+    );
     // A cancel cannot be journaled: it says so instead of answering 200.
     cancel(&server, &b1)
         .await?

@@ -215,6 +215,7 @@ impl Journal {
             metrics: metrics.clone(),
             head: head.clone(),
             health: health.clone(),
+            busy_timeout: options.busy_timeout,
         };
         let thread = std::thread::Builder::new()
             .name("turnstream-writer".into())
