@@ -302,8 +302,20 @@ impl Writer {
             }
             Err(e) => {
                 // Dropping the transaction rolled it back: nothing of it exists, so its ids are
-                // free again, and no subscriber was told of them.
+                // free again, and no subscriber was told of them. The stored head is read back
+                // to be sure: should a commit reported as failed have been kept after all, the
+                // next ids must not collide with its events.
                 *next_seq = batch_start_seq;
+                if let Ok(stored) = super::store::head(&self.conn) {
+                    if stored >= batch_start_seq {
+                        tracing::error!(
+                            stored,
+                            "journal: a commit reported as failed was kept; its events reach streams only by replay"
+                        );
+                        *next_seq = stored + 1;
+                        self.head.store(stored, Ordering::Release);
+                    }
+                }
                 Some(fail_all(
                     completions,
                     Vec::new(),
