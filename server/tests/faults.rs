@@ -64,11 +64,20 @@ async fn request(req: reqwest::RequestBuilder) -> TestResult<Answer> {
 }
 
 async fn post(server: &TestServer, session: &str, content: &str) -> TestResult<Answer> {
+    post_with_id(server, session, content, None).await
+}
+
+async fn post_with_id(
+    server: &TestServer,
+    session: &str,
+    content: &str,
+    client_message_id: Option<&str>,
+) -> TestResult<Answer> {
     let url = format!("{}/api/sessions/{session}/messages", server.url);
-    let req = server
-        .http
-        .post(url)
-        .json(&serde_json::json!({ "content": content }));
+    let req = server.http.post(url).json(&serde_json::json!({
+        "content": content,
+        "client_message_id": client_message_id,
+    }));
     request(req).await
 }
 
@@ -314,7 +323,7 @@ async fn a_write_lock_held_elsewhere_refuses_work_then_every_acknowledged_turn_e
     wait_ready(&server, 503, "storage_unavailable").await?;
     // Writes already fail: a new one is refused without waiting the whole busy timeout.
     let sent = Instant::now();
-    post(&server, "la", "sent while the database is locked")
+    post_with_id(&server, "la", "/echo sent while locked", Some("c-locked"))
         .await?
         .expect_refused(503, "storage_unavailable")?;
     let waited = sent.elapsed();
@@ -332,6 +341,7 @@ async fn a_write_lock_held_elsewhere_refuses_work_then_every_acknowledged_turn_e
     // Reads still work; nothing ended or started behind the lock's back.
     assert_eq!(server.turn(&a1).await?.state, TurnState::Running);
     assert_eq!(server.turn(&a2).await?.state, TurnState::Queued);
+    assert_eq!(server.counter("turnstream_storage_healthy").await?, 0.0);
     lock.release()?;
 
     // Recovery with no restart and no new traffic.
@@ -341,7 +351,10 @@ async fn a_write_lock_held_elsewhere_refuses_work_then_every_acknowledged_turn_e
     }
     // The stopped turn ends the way its cancel asked, once the storage allowed it.
     assert_eq!(server.turn(&b1).await?.state, TurnState::Cancelled);
-    let a3 = server.send("la", "/echo after the lock").await?.turn_id;
+    // The refused message created nothing: sent again, it is new (202, not a 200 replay).
+    let again = post_with_id(&server, "la", "/echo sent while locked", Some("c-locked")).await?;
+    assert_eq!(again.status, 202, "{again:?}");
+    let a3 = again.body["turn_id"].as_str().unwrap_or("").to_string();
     assert_eq!(server.wait_turn_end(&a3).await?.state, TurnState::Completed);
 
     let journal = audit_journal(&server.db_path(), &[&[&a1, &a2, &a3], &[&b1]])?;
