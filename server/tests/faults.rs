@@ -344,7 +344,7 @@ async fn a_write_lock_held_elsewhere_refuses_work_then_every_acknowledged_turn_e
     assert_eq!(server.counter("turnstream_storage_healthy").await?, 0.0);
     lock.release()?;
 
-    // Recovery with no restart and no new traffic.
+    // Recovery by itself: no restart, no new request.
     wait_ready(&server, 200, "").await?;
     for turn in [&a1, &a2, &b1] {
         server.wait_turn_end(turn).await?;
