@@ -165,6 +165,10 @@ pub struct Config {
     /// wait while other clients' turns run. 0 means half of --max-concurrent-turns.
     #[arg(long, env = "TURNSTREAM_MAX_TURNS_PER_CLIENT", default_value_t = 0)]
     pub max_turns_per_client: usize,
+    /// Milliseconds a journal statement waits for a lock another process holds on the database
+    /// before the write fails (`503 storage_unavailable`) and is retried later.
+    #[arg(long, env = "TURNSTREAM_BUSY_TIMEOUT_MS", default_value_t = 5000)]
+    pub busy_timeout_ms: u64,
 }
 
 impl Config {
@@ -188,6 +192,10 @@ impl Config {
             secrets.push(crate::auth::read_secret_file(path)?);
         }
         crate::auth::Authenticator::new(&secrets, &self.auth_public_keys, &self.service_keys)
+    }
+
+    pub fn busy_timeout(&self) -> Duration {
+        Duration::from_millis(self.busy_timeout_ms)
     }
 
     pub fn heartbeat(&self) -> Duration {

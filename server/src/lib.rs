@@ -87,7 +87,13 @@ pub async fn run(
         .authenticator()
         .map_err(|e| error::Error::Config(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::default());
-    let journal = Journal::open(&config.db, metrics)?;
+    let journal = Journal::open_with(
+        &config.db,
+        metrics,
+        journal::JournalOptions {
+            busy_timeout: config.busy_timeout(),
+        },
+    )?;
     journal
         .hub()
         .set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));

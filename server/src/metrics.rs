@@ -3,6 +3,8 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::error::StorageFault;
+
 /// A fixed-bucket histogram (cumulative on export).
 #[derive(Debug)]
 pub struct Histogram {
@@ -66,6 +68,12 @@ pub struct Metrics {
     pub resyncs: [AtomicU64; 4],
     pub turns_started: AtomicU64,
     pub turns_ended: AtomicU64,
+    /// Failed write attempts (group commits and readiness probes), by fault: full, unavailable.
+    pub storage_faults: [AtomicU64; 2],
+    /// 1 while the latest journal write reached the disk, 0 while writes fail.
+    pub storage_healthy: AtomicU64,
+    /// Attempts to journal a turn's end that failed and were retried.
+    pub turn_end_retries: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -84,11 +92,15 @@ impl Default for Metrics {
             resyncs: Default::default(),
             turns_started: AtomicU64::new(0),
             turns_ended: AtomicU64::new(0),
+            storage_faults: Default::default(),
+            storage_healthy: AtomicU64::new(1),
+            turn_end_retries: AtomicU64::new(0),
         }
     }
 }
 
 const RESYNC_REASONS: [&str; 4] = ["invalid", "epoch", "expired", "future"];
+const STORAGE_FAULTS: [StorageFault; 2] = [StorageFault::Full, StorageFault::Unavailable];
 
 impl Metrics {
     pub fn resync(&self, reason: turnstream_protocol::ResyncReason) {
@@ -97,6 +109,11 @@ impl Metrics {
             .position(|r| *r == reason.as_str())
             .unwrap_or(0);
         self.resyncs[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn storage_fault(&self, fault: StorageFault) {
+        let i = STORAGE_FAULTS.iter().position(|f| *f == fault).unwrap_or(1);
+        self.storage_faults[i].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn render(&self) -> String {
@@ -195,6 +212,29 @@ impl Metrics {
             "Turns that reached a terminal state.",
             "counter",
             &self.turns_ended,
+        );
+        let _ = writeln!(out, "# HELP turnstream_storage_faults_total Journal write attempts that failed, by fault (full: no space; unavailable: I/O error, lock held past the busy timeout).\n# TYPE turnstream_storage_faults_total counter");
+        for (fault, v) in STORAGE_FAULTS.iter().zip(&self.storage_faults) {
+            let _ = writeln!(
+                out,
+                "turnstream_storage_faults_total{{fault=\"{}\"}} {}",
+                fault.as_str(),
+                v.load(Ordering::Relaxed)
+            );
+        }
+        gauge(
+            &mut out,
+            "turnstream_storage_healthy",
+            "1 while the latest journal write reached the disk, 0 while writes fail.",
+            "gauge",
+            &self.storage_healthy,
+        );
+        gauge(
+            &mut out,
+            "turnstream_turn_end_retries_total",
+            "Attempts to journal a turn's end that failed and were retried.",
+            "counter",
+            &self.turn_end_retries,
         );
         out
     }

@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use turnstream_protocol::{EventBody, TurnState};
 
 use crate::agent::{Agent, Emission, TurnContext, TurnSink};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StorageFault};
 use crate::journal::{floor_char_boundary, Journal, TurnRow};
 use crate::lock;
 use crate::slots::TurnSlots;
@@ -22,6 +22,40 @@ use crate::slots::TurnSlots;
 const MAX_DELTA_BYTES: usize = 16 * 1024;
 /// Messages of history handed to an agent as context.
 const AGENT_HISTORY: usize = 50;
+/// Longest a cancel waits for a running turn to end.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+/// First wait before a write the storage refused (a turn's end, a turn's start) is tried again;
+/// doubled on each failure up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest wait between retries: how late a session notices that the storage is back.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Waits that double from [`RETRY_FIRST`] to [`RETRY_MAX`]: retrying against failing storage
+/// neither spins nor leaves a recovered disk unused for long.
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff(RETRY_FIRST)
+    }
+
+    fn next(&mut self) -> Duration {
+        let wait = self.0;
+        self.0 = (wait * 2).min(RETRY_MAX);
+        wait
+    }
+}
+
+/// Where the runner is with a turn, for a cancel waiting on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The agent runs (or the turn is being started).
+    Running,
+    /// The turn's end is decided but the storage refused to journal it; it is being retried.
+    EndPending(StorageFault),
+    /// The runner is done with the turn.
+    Finished,
+}
 
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -36,8 +70,8 @@ pub struct RunnerConfig {
 struct Running {
     /// Cancels the turn (`cancelled`).
     cancel: CancellationToken,
-    /// Resolves when the turn has been ended in the journal.
-    done: watch::Receiver<bool>,
+    /// Leaves [`Phase::Running`] once the turn's end is decided.
+    phase: watch::Receiver<Phase>,
 }
 
 pub struct Runner {
@@ -124,6 +158,7 @@ impl Runner {
                     }
                 }
             }
+            let mut backoff = Backoff::new();
             loop {
                 if self.stopping.is_cancelled() {
                     lock(&self.sessions).remove(&session);
@@ -133,8 +168,11 @@ impl Runner {
                     Ok(Some(next)) => next,
                     Ok(None) => break,
                     Err(e) => {
+                        // The queued turns were acknowledged: try again rather than leave them
+                        // waiting for the session's next message.
                         tracing::error!(session, error = %e, "cannot read the next queued turn");
-                        break;
+                        self.pause(backoff.next()).await;
+                        continue;
                     }
                 };
                 let client = lock(&self.clients)
@@ -147,29 +185,43 @@ impl Runner {
                     lock(&self.sessions).remove(&session);
                     return;
                 }
-                if let Err(e) = self.run_turn(next.0, next.1).await {
-                    tracing::error!(session, error = %e, "turn failed to run");
-                    // Avoid a hot loop on a persistent storage error.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                match self.run_turn(next.0, next.1).await {
+                    Ok(()) => backoff = Backoff::new(),
+                    Err(e) => {
+                        // A turn whose start failed is still queued and first in line: it is
+                        // tried again after the pause, and the session's later turns wait.
+                        tracing::error!(session, error = %e, "turn failed to run");
+                        self.pause(backoff.next()).await;
+                    }
                 }
             }
+        }
+    }
+
+    /// Sleeps for `wait`, or less if shutdown begins.
+    async fn pause(&self, wait: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = self.stopping.cancelled() => {}
         }
     }
 
     async fn run_turn(&self, turn: TurnRow, user_message: String) -> Result<()> {
         // Cancellable before it is marked running, so a cancel can never fall between the two.
         let cancel = CancellationToken::new();
-        let (done_tx, done_rx) = watch::channel(false);
+        let (phase_tx, phase_rx) = watch::channel(Phase::Running);
         lock(&self.running).insert(
             turn.turn_id.clone(),
             Running {
                 cancel: cancel.clone(),
-                done: done_rx,
+                phase: phase_rx,
             },
         );
-        let result = self.drive_turn(&turn, user_message, cancel).await;
+        let result = self
+            .drive_turn(&turn, user_message, cancel, &phase_tx)
+            .await;
         lock(&self.running).remove(&turn.turn_id);
-        let _ = done_tx.send(true);
+        phase_tx.send_replace(Phase::Finished);
         result
     }
 
@@ -178,6 +230,7 @@ impl Runner {
         turn: &TurnRow,
         user_message: String,
         cancel: CancellationToken,
+        phase: &watch::Sender<Phase>,
     ) -> Result<()> {
         if !self.journal.start_turn(&turn.turn_id).await? {
             return Ok(()); // cancelled while queued
@@ -228,26 +281,71 @@ impl Runner {
         let emitted = emitter
             .await
             .map_err(|_| Error::Corrupt("turn emitter panicked".into()))?;
-        let (state, error) = match emitted.error {
+        let (state, error) = match (outcome, emitted.error) {
             // Progress that could not be journaled is a storage fault: the turn cannot claim
-            // completion, and its text may hold more than was sent.
-            Some(e) => (TurnState::Failed, Some(e)),
-            None => outcome,
+            // completion, and its text may hold more than was sent. A cancel, an interruption
+            // or the agent's own failure still say what ended the turn.
+            ((TurnState::Completed, _), Some(e)) => (TurnState::Failed, Some(e)),
+            (outcome, _) => outcome,
         };
-        self.journal
-            .end_turn(
-                &turn.turn_id,
-                state,
-                emitted.text,
-                error,
-                &[TurnState::Running],
-            )
+        self.journal_end(turn, state, emitted.text, error, phase)
             .await
-            .map(|_| ())
+    }
+
+    /// Journals a turn's end, retrying while the storage refuses it. Meanwhile the session's
+    /// later turns wait (FIFO), and a retry of an end that did land is a no-op (the end is a
+    /// conditional update of a `running` turn), so the turn ends exactly once. Gives up only
+    /// when shutdown interrupts running turns: the turn then stays `running` in the journal and
+    /// the next start ends it `interrupted`.
+    async fn journal_end(
+        &self,
+        turn: &TurnRow,
+        state: TurnState,
+        text: String,
+        error: Option<String>,
+        phase: &watch::Sender<Phase>,
+    ) -> Result<()> {
+        let mut backoff = Backoff::new();
+        loop {
+            let e = match self
+                .journal
+                .end_turn(
+                    &turn.turn_id,
+                    state,
+                    text.clone(),
+                    error.clone(),
+                    &[TurnState::Running],
+                )
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) => e,
+            };
+            let Some(fault) = e.storage_fault() else {
+                return Err(e);
+            };
+            self.journal
+                .metrics()
+                .turn_end_retries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(turn = %turn.turn_id, state = state.as_str(), error = %e, "cannot journal the turn's end yet; retrying");
+            phase.send_replace(Phase::EndPending(fault));
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next()) => {}
+                _ = self.interrupt.cancelled() => {
+                    tracing::warn!(turn = %turn.turn_id, "shutting down with the turn's end unwritten; the next start ends it interrupted");
+                    return Err(e);
+                }
+            }
+        }
     }
 
     /// Cancels a turn: a queued one never starts, a running one is stopped and ends `cancelled`
     /// with its partial text. Idempotent on a terminal turn. Returns the turn's state after.
+    ///
+    /// Never answers success without effect: when the storage refuses the cancel's write (a
+    /// queued turn) or the stopped turn's end (a running one), this returns the storage error;
+    /// a running turn then still ends once the storage recovers, and a retry is safe.
     pub async fn cancel(&self, turn_id: &str) -> Result<TurnState> {
         let Some(turn) = self.journal.turn(turn_id).await? else {
             return Err(Error::NotFound { what: "turn" });
@@ -270,19 +368,35 @@ impl Runner {
         }
         let running = lock(&self.running)
             .get(turn_id)
-            .map(|r| (r.cancel.clone(), r.done.clone()));
-        if let Some((cancel, mut done)) = running {
+            .map(|r| (r.cancel.clone(), r.phase.clone()));
+        if let Some((cancel, mut phase)) = running {
             cancel.cancel();
             // The runner ends the turn promptly (the agent future is dropped); bound the wait so a
             // stuck storage layer cannot hang the request.
-            let _ = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| *d)).await;
+            let waited =
+                tokio::time::timeout(CANCEL_WAIT, phase.wait_for(|p| *p != Phase::Running)).await;
+            if let Ok(Ok(p)) = waited {
+                if let Phase::EndPending(fault) = *p {
+                    return Err(Error::storage(
+                        fault,
+                        "the turn was stopped, but the storage refuses to journal its end; \
+                         it ends once the storage recovers",
+                    ));
+                }
+            }
         }
-        Ok(self
+        let after = self
             .journal
             .turn(turn_id)
             .await?
             .map(|t| t.state)
-            .unwrap_or(turn.state))
+            .unwrap_or(turn.state);
+        if !after.is_terminal() {
+            if let Some(failing) = self.journal.write_health().failing() {
+                return Err(failing.to_error());
+            }
+        }
+        Ok(after)
     }
 
     /// Whether shutdown has begun (new messages are refused).

@@ -6,13 +6,19 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use turnstream_protocol::{ErrorBody, ErrorDetail};
 
-use crate::error::Error;
+use crate::error::{Error, StorageFault};
+
+/// `Retry-After` (seconds) of an answer refused because journal writes fail: long enough not
+/// to hammer a struggling disk, short enough that a client notices recovery promptly.
+pub const STORAGE_RETRY_AFTER_SECS: u64 = 5;
 
 #[derive(Debug)]
 pub struct AppError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds sent as `Retry-After`, for refusals that a later retry can overcome.
+    pub retry_after: Option<u64>,
 }
 
 impl AppError {
@@ -21,7 +27,24 @@ impl AppError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// Adds a `Retry-After` of `secs` seconds.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// A write the storage refused: `507 storage_full` when the disk is full, otherwise
+    /// `503 storage_unavailable`; both say when to retry.
+    pub fn storage(fault: StorageFault, message: impl Into<String>) -> Self {
+        let (status, code) = match fault {
+            StorageFault::Full => (StatusCode::INSUFFICIENT_STORAGE, "storage_full"),
+            StorageFault::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+        };
+        Self::new(status, code, message).retry_after(STORAGE_RETRY_AFTER_SECS)
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -31,7 +54,8 @@ impl AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
+        // A refusal with a Retry-After is expected while it lasts and logged where it arises.
+        if self.status.is_server_error() && self.retry_after.is_none() {
             tracing::error!(code = self.code, message = %self.message, "server error");
         }
         let body = ErrorBody {
@@ -40,7 +64,12 @@ impl IntoResponse for AppError {
                 message: self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut res = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            res.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        res
     }
 }
 
@@ -71,11 +100,14 @@ impl From<Error> for AppError {
                 "shutting_down",
                 e.to_string(),
             ),
-            other => AppError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                other.to_string(),
-            ),
+            other => match other.storage_fault() {
+                Some(fault) => AppError::storage(fault, other.to_string()),
+                None => AppError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    other.to_string(),
+                ),
+            },
         }
     }
 }
@@ -100,5 +132,54 @@ impl From<JsonRejection> for AppError {
 impl From<PathRejection> for AppError {
     fn from(r: PathRejection) -> Self {
         AppError::bad_request("invalid_path", r.body_text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(e: Error) -> Response {
+        AppError::from(e).into_response()
+    }
+
+    fn retry_after(res: &Response) -> Option<&str> {
+        res.headers()
+            .get(axum::http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[test]
+    fn storage_faults_answer_507_or_503_with_retry_after() {
+        let full = answer(Error::storage(
+            StorageFault::Full,
+            "database or disk is full",
+        ));
+        assert_eq!(full.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(retry_after(&full), Some("5"));
+
+        let locked = Error::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            Some("database is locked".into()),
+        ));
+        let locked = answer(locked);
+        assert_eq!(locked.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after(&locked), Some("5"));
+
+        let corrupt = answer(Error::Corrupt("bad row".into()));
+        assert_eq!(corrupt.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(retry_after(&corrupt), None);
+    }
+
+    #[test]
+    fn storage_codes_are_stable() {
+        assert_eq!(
+            AppError::from(Error::storage(StorageFault::Full, "x")).code,
+            "storage_full"
+        );
+        assert_eq!(
+            AppError::from(Error::storage(StorageFault::Unavailable, "x")).code,
+            "storage_unavailable"
+        );
     }
 }

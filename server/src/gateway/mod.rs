@@ -354,12 +354,26 @@ async fn healthz() -> Response {
     Json(serde_json::json!({"status": "ok"})).into_response()
 }
 
+/// Ready when the database answers a read at this build's schema version and the latest
+/// journal writes reached the disk: while writes fail, a balancer should send traffic elsewhere.
+/// The journal probes failing storage by itself, so this turns back to 200 without a restart.
 async fn readyz(State(state): State<AppState>) -> Result<Response, AppError> {
+    if state.runner.is_stopping() {
+        return Err(crate::error::Error::ShuttingDown.into());
+    }
+    if let Some(failing) = state.journal.write_health().failing() {
+        return Err(AppError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            match failing.fault {
+                crate::error::StorageFault::Full => "storage_full",
+                crate::error::StorageFault::Unavailable => "storage_unavailable",
+            },
+            failing.to_error().to_string(),
+        )
+        .retry_after(error::STORAGE_RETRY_AFTER_SECS));
+    }
     match state.journal.ready().await {
-        Ok(()) if !state.runner.is_stopping() => {
-            Ok(Json(serde_json::json!({"status": "ready"})).into_response())
-        }
-        Ok(()) => Err(crate::error::Error::ShuttingDown.into()),
+        Ok(()) => Ok(Json(serde_json::json!({"status": "ready"})).into_response()),
         Err(e) => Err(AppError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_ready",

@@ -6,12 +6,15 @@
 //! client ever sees an id a crash could take back. Readers use pooled connections of their own,
 //! each read inside one transaction so a history page and its cursor agree.
 
+mod health;
 mod payload;
 mod replay;
 mod retention;
 pub mod schema;
 mod store;
+mod writer;
 
+pub use health::{Failing, WriteHealth};
 pub use payload::floor_char_boundary;
 pub use replay::{Page, StreamStart};
 pub use store::{Accepted, TurnRow};
@@ -20,9 +23,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 use turnstream_protocol::{sse, Cursor, EventBody};
 
@@ -30,27 +33,27 @@ use crate::error::{Error, Result};
 use crate::hub::{Frame, Hub};
 use crate::lock;
 use crate::metrics::Metrics;
-
-/// Most writes committed by one transaction.
-const MAX_BATCH: usize = 1024;
+use writer::{Job, Writer};
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 16;
 /// Reads running at once. A reconnect storm queues here instead of opening a connection (and a
 /// blocking thread) per stream.
 const MAX_CONCURRENT_READS: usize = 8;
 
-type Completion = Box<dyn FnOnce(Result<()>) + Send>;
-/// A write job: runs inside its own savepoint (or, given `None`, not at all: the storage could
-/// not start a transaction), says whether to keep its changes, and hands back what to call once
-/// the batch's commit is known.
-type JobFn = Box<dyn FnOnce(Option<&mut WriteCtx<'_>>) -> (bool, Completion) + Send>;
+/// How the journal opens its database.
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    /// How long a statement waits for a lock another connection holds before it fails with
+    /// "database is locked" (SQLite's busy timeout), on every connection.
+    pub busy_timeout: Duration,
+}
 
-struct Job {
-    enqueued: Instant,
-    /// False for a job that changes the database with at most one statement: a failing
-    /// statement changes nothing, so the job needs no savepoint (which costs ~2 µs a job).
-    savepoint: bool,
-    run: JobFn,
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+        }
+    }
 }
 
 /// Handle to the journal; cheap to clone.
@@ -70,6 +73,8 @@ struct Inner {
     metrics: Arc<Metrics>,
     /// The last committed event id; only ever grows.
     head: Arc<AtomicI64>,
+    health: Arc<WriteHealth>,
+    busy_timeout: Duration,
 }
 
 impl std::fmt::Debug for Journal {
@@ -181,27 +186,40 @@ pub fn now_ms() -> i64 {
 impl Journal {
     /// Opens (creating if needed) and migrates the database, and starts the writer thread.
     pub fn open(path: &Path, metrics: Arc<Metrics>) -> Result<Journal> {
+        Self::open_with(path, metrics, JournalOptions::default())
+    }
+
+    /// [`Journal::open`] with options.
+    pub fn open_with(
+        path: &Path,
+        metrics: Arc<Metrics>,
+        options: JournalOptions,
+    ) -> Result<Journal> {
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
                 std::fs::create_dir_all(dir)?;
             }
         }
         let mut conn = Connection::open(path)?;
-        schema::configure(&conn)?;
+        schema::configure_with(&conn, options.busy_timeout)?;
         let epoch = schema::migrate(&mut conn)?;
         let head_seq = store::head(&conn)?;
         let head = Arc::new(AtomicI64::new(head_seq));
         let hub = Hub::with_metrics(metrics.clone());
+        let health = Arc::new(WriteHealth::new(metrics.clone()));
         let (tx, rx) = std_mpsc::channel::<Job>();
-        let thread = {
-            let epoch = epoch.clone();
-            let hub = hub.clone();
-            let metrics = metrics.clone();
-            let head = head.clone();
-            std::thread::Builder::new()
-                .name("turnstream-writer".into())
-                .spawn(move || writer_loop(conn, rx, &epoch, &hub, &metrics, &head))?
+        let writer = Writer {
+            conn,
+            epoch: epoch.clone(),
+            hub: hub.clone(),
+            metrics: metrics.clone(),
+            head: head.clone(),
+            health: health.clone(),
+            busy_timeout: options.busy_timeout,
         };
+        let thread = std::thread::Builder::new()
+            .name("turnstream-writer".into())
+            .spawn(move || writer.run(rx))?;
         Ok(Journal {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
@@ -213,6 +231,8 @@ impl Journal {
                 hub,
                 metrics,
                 head,
+                health,
+                busy_timeout: options.busy_timeout,
             }),
         })
     }
@@ -227,6 +247,11 @@ impl Journal {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
+    }
+
+    /// Whether the latest journal writes reached the disk.
+    pub fn write_health(&self) -> &WriteHealth {
+        &self.inner.health
     }
 
     /// The last committed event id.
@@ -256,22 +281,7 @@ impl Journal {
         savepoint: bool,
         f: impl FnOnce(&mut WriteCtx<'_>) -> Result<R> + Send + 'static,
     ) -> oneshot::Receiver<Result<R>> {
-        let (tx, rx) = oneshot::channel();
-        let job = Job {
-            enqueued: Instant::now(),
-            savepoint,
-            run: Box::new(move |ctx| {
-                let r = match ctx {
-                    Some(ctx) => f(ctx),
-                    None => Err(Error::Storage("the write could not start".into())),
-                };
-                let ok = r.is_ok();
-                let completion: Completion = Box::new(move |commit: Result<()>| {
-                    let _ = tx.send(commit.and(r));
-                });
-                (ok, completion)
-            }),
-        };
+        let (job, rx) = Job::new(savepoint, f);
         let sender = lock(&self.inner.writer).clone();
         if let Some(sender) = sender {
             // A send error drops the job (and its oneshot), which the receiver sees as Closed.
@@ -334,7 +344,7 @@ impl Inner {
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
-        schema::configure(&conn)?;
+        schema::configure_with(&conn, self.busy_timeout)?;
         Ok(conn)
     }
 
@@ -342,173 +352,6 @@ impl Inner {
         let mut pool = lock(&self.readers);
         if pool.len() < MAX_IDLE_READERS {
             pool.push(conn);
-        }
-    }
-}
-
-fn writer_loop(
-    mut conn: Connection,
-    rx: std_mpsc::Receiver<Job>,
-    epoch: &str,
-    hub: &Hub,
-    metrics: &Metrics,
-    head: &AtomicI64,
-) {
-    let mut next_seq = head.load(Ordering::Acquire) + 1;
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        metrics.batch_size.observe(batch.len() as f64);
-        let mut completions: Vec<(Instant, Completion)> = Vec::with_capacity(batch.len());
-        let mut frames: Vec<Arc<Frame>> = Vec::new();
-        let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
-            Ok(tx) => tx,
-            Err(e) => {
-                tracing::error!(error = %e, "journal: cannot begin a write transaction");
-                let msg = e.to_string();
-                for job in batch {
-                    // Run nothing; answer every job with the error.
-                    let (_, completion) = (job.run)(None);
-                    completion(Err(Error::Storage(format!(
-                        "cannot begin a transaction: {msg}"
-                    ))));
-                }
-                continue;
-            }
-        };
-        let batch_start_seq = next_seq;
-        for job in batch {
-            let saved = next_seq;
-            let enqueued = job.enqueued;
-            if !job.savepoint {
-                let (ok, completion, job_frames) = run_job(&tx, epoch, &mut next_seq, hub, job.run);
-                if ok {
-                    frames.extend(job_frames);
-                } else {
-                    next_seq = saved;
-                }
-                completions.push((enqueued, completion));
-                continue;
-            }
-            let mut sp = match tx.unchecked_transaction_savepoint() {
-                Ok(sp) => sp,
-                Err(e) => {
-                    let (_, completion) = (job.run)(None);
-                    completion(Err(Error::Sqlite(e)));
-                    continue;
-                }
-            };
-            let (ok, completion, job_frames) = run_job(&sp, epoch, &mut next_seq, hub, job.run);
-            if !ok {
-                next_seq = saved;
-                let _ = sp.rollback();
-            } else if let Err(e) = sp.commit() {
-                // The job succeeded but its changes could not be kept: it must not look committed.
-                next_seq = saved;
-                let _ = sp.rollback();
-                completion(Err(Error::Sqlite(e)));
-                continue;
-            } else {
-                frames.extend(job_frames);
-            }
-            completions.push((enqueued, completion));
-        }
-        match tx.commit() {
-            Ok(()) => {
-                head.store(next_seq - 1, Ordering::Release);
-                metrics
-                    .events_appended
-                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
-                hub.publish(&frames);
-                for (enqueued, completion) in completions {
-                    metrics
-                        .append_latency
-                        .observe(enqueued.elapsed().as_secs_f64());
-                    completion(Ok(()));
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "journal: commit failed; the batch is lost to its callers as an error");
-                next_seq = batch_start_seq;
-                let msg = e.to_string();
-                for (_, completion) in completions {
-                    completion(Err(Error::Storage(format!("commit failed: {msg}"))));
-                }
-            }
-        }
-    }
-    tracing::debug!("journal writer stopped");
-}
-
-/// Runs one job on `conn`: whether it succeeded, what to call once the commit is known, and the
-/// frames of the events it appended.
-fn run_job(
-    conn: &Connection,
-    epoch: &str,
-    next_seq: &mut i64,
-    hub: &Hub,
-    run: JobFn,
-) -> (bool, Completion, Vec<Arc<Frame>>) {
-    let mut ctx = WriteCtx {
-        conn,
-        epoch,
-        next_seq,
-        frames: Vec::new(),
-        hub,
-        now: now_ms(),
-    };
-    let (ok, completion) = run(Some(&mut ctx));
-    (ok, completion, ctx.frames)
-}
-
-trait SavepointExt {
-    fn unchecked_transaction_savepoint(&self) -> rusqlite::Result<Savepoint<'_>>;
-}
-
-/// A savepoint over a shared connection reference (rusqlite's own needs `&mut`).
-pub(crate) struct Savepoint<'a> {
-    conn: &'a Connection,
-    done: bool,
-}
-
-impl SavepointExt for rusqlite::Transaction<'_> {
-    fn unchecked_transaction_savepoint(&self) -> rusqlite::Result<Savepoint<'_>> {
-        self.execute_batch("SAVEPOINT job")?;
-        Ok(Savepoint {
-            conn: self,
-            done: false,
-        })
-    }
-}
-
-impl Savepoint<'_> {
-    fn commit(&mut self) -> rusqlite::Result<()> {
-        self.done = true;
-        self.conn.execute_batch("RELEASE job")
-    }
-
-    fn rollback(&mut self) -> rusqlite::Result<()> {
-        self.done = true;
-        self.conn.execute_batch("ROLLBACK TO job; RELEASE job")
-    }
-}
-
-impl std::ops::Deref for Savepoint<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        self.conn
-    }
-}
-
-impl Drop for Savepoint<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.conn.execute_batch("ROLLBACK TO job; RELEASE job");
         }
     }
 }

@@ -77,9 +77,17 @@ ALTER TABLE messages ADD COLUMN author TEXT;
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Settings every connection gets.
+/// How long a statement waits for another connection's lock unless configured otherwise.
+pub const DEFAULT_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Settings every connection gets, with the default busy timeout.
 pub fn configure(conn: &Connection) -> Result<()> {
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    configure_with(conn, DEFAULT_BUSY_TIMEOUT)
+}
+
+/// Settings every connection gets; `busy_timeout` bounds the wait for another connection's lock.
+pub fn configure_with(conn: &Connection, busy_timeout: std::time::Duration) -> Result<()> {
+    conn.busy_timeout(busy_timeout)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(())

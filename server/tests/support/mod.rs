@@ -21,6 +21,8 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 pub struct TestServer {
     pub url: String,
     pub dir: tempfile::TempDir,
+    /// The database file, when not the default one in `dir`.
+    db: Option<PathBuf>,
     args: Vec<String>,
     child: Option<Child>,
     pub http: reqwest::Client,
@@ -30,6 +32,12 @@ impl TestServer {
     /// Starts the binary with a fresh database and `extra` flags (demo agent, fast deltas unless
     /// overridden).
     pub fn start(extra: &[&str]) -> TestResult<TestServer> {
+        Self::start_with_db(None, extra)
+    }
+
+    /// [`TestServer::start`] with the database at `db` (say, on a small filesystem the test
+    /// mounted) instead of in the server's temporary folder.
+    pub fn start_with_db(db: Option<PathBuf>, extra: &[&str]) -> TestResult<TestServer> {
         let dir = tempfile::tempdir()?;
         let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         if !extra.contains(&"--demo-delay-ms") {
@@ -38,6 +46,7 @@ impl TestServer {
         let mut s = TestServer {
             url: String::new(),
             dir,
+            db,
             args,
             child: None,
             http: reqwest::Client::builder().timeout(DEADLINE).build()?,
@@ -47,7 +56,9 @@ impl TestServer {
     }
 
     pub fn db_path(&self) -> PathBuf {
-        self.dir.path().join("turnstream.db")
+        self.db
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("turnstream.db"))
     }
 
     fn spawn(&mut self) -> TestResult {

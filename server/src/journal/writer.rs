@@ -1,0 +1,506 @@
+//! The writer thread: the one owner of the write connection. It commits whatever is queued in
+//! one transaction (group commit), each job inside a savepoint of its own, and fans the batch's
+//! events out only after the commit. A batch that cannot be committed is lost as a whole: every
+//! job in it is told so, none of its events reaches the hub, and the ids it used are handed out
+//! again (no client ever saw them). While writes fail, the thread probes the storage by itself.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::health::WriteHealth;
+use super::{now_ms, WriteCtx};
+use crate::error::{Error, Result, StorageFault};
+use crate::hub::{Frame, Hub};
+use crate::metrics::Metrics;
+
+/// Most writes committed by one transaction.
+const MAX_BATCH: usize = 1024;
+/// First wait, once writes fail, before the writer probes the storage on its own; doubled after
+/// each failed probe up to [`PROBE_MAX`]. Any queued write is an attempt too.
+const PROBE_FIRST: Duration = Duration::from_millis(100);
+/// Longest wait between probes of failing storage: how late readiness may notice recovery.
+const PROBE_MAX: Duration = Duration::from_secs(1);
+/// Longest a write waits for a lock held elsewhere once writes are already failing. A write
+/// has waited the whole busy timeout to find the lock still held; the writes after it (and the
+/// probes) fail fast instead of each waiting as long again in the one writer's queue.
+const FAILING_BUSY_TIMEOUT: Duration = Duration::from_millis(50);
+
+pub(super) type Completion = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// How a job ran: `Ok` to keep its changes; otherwise they are rolled back, and the error's
+/// storage fault (if that was the cause) counts against the storage's health.
+pub(super) type Ran = std::result::Result<(), Option<(StorageFault, String)>>;
+
+/// A write job: runs inside its own savepoint (or, given `None`, not at all: the batch it was in
+/// was lost before its turn), says whether to keep its changes, and hands back what to call once
+/// the batch's commit is known.
+pub(super) type JobFn = Box<dyn FnOnce(Option<&mut WriteCtx<'_>>) -> (Ran, Completion) + Send>;
+
+pub(super) struct Job {
+    pub enqueued: Instant,
+    /// False for a job that changes the database with at most one statement: a failing
+    /// statement changes nothing, so the job needs no savepoint (which costs ~2 µs a job).
+    pub savepoint: bool,
+    pub run: JobFn,
+}
+
+impl Job {
+    /// The job that runs `f` and sends its result, once the batch's commit is known, to the
+    /// returned receiver.
+    pub(super) fn new<R: Send + 'static>(
+        savepoint: bool,
+        f: impl FnOnce(&mut WriteCtx<'_>) -> Result<R> + Send + 'static,
+    ) -> (Job, oneshot::Receiver<Result<R>>) {
+        let (tx, rx) = oneshot::channel();
+        let job = Job {
+            enqueued: Instant::now(),
+            savepoint,
+            run: Box::new(move |ctx| {
+                let r = match ctx {
+                    Some(ctx) => f(ctx),
+                    // Never sent as such: a job not run is answered with its batch's error.
+                    None => Err(Error::Closed),
+                };
+                let ran = match &r {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e.storage_fault().map(|f| (f, e.to_string()))),
+                };
+                let completion: Completion = Box::new(move |commit: Result<()>| {
+                    let _ = tx.send(commit.and(r));
+                });
+                (ran, completion)
+            }),
+        };
+        (job, rx)
+    }
+}
+
+/// Why a whole batch was lost; every job in it gets this as its error.
+struct Lost {
+    fault: StorageFault,
+    message: String,
+}
+
+impl Lost {
+    fn of(what: &str, e: &rusqlite::Error) -> Lost {
+        Lost {
+            fault: StorageFault::of_sqlite(e).unwrap_or(StorageFault::Unavailable),
+            message: format!("{what}: {e}"),
+        }
+    }
+
+    fn error(&self) -> Error {
+        Error::storage(self.fault, self.message.clone())
+    }
+}
+
+pub(super) struct Writer {
+    pub conn: Connection,
+    pub epoch: String,
+    pub hub: Arc<Hub>,
+    pub metrics: Arc<Metrics>,
+    /// The last committed event id, published after each commit.
+    pub head: Arc<AtomicI64>,
+    pub health: Arc<WriteHealth>,
+    /// The configured busy timeout, used while writes succeed.
+    pub busy_timeout: Duration,
+}
+
+impl Writer {
+    pub(super) fn run(mut self, rx: std_mpsc::Receiver<Job>) {
+        let mut next_seq = self.head.load(Ordering::Acquire) + 1;
+        let mut probe_wait = PROBE_FIRST;
+        let mut failing = false;
+        loop {
+            if failing != self.health.is_failing() {
+                failing = !failing;
+                let wait = if failing {
+                    FAILING_BUSY_TIMEOUT.min(self.busy_timeout)
+                } else {
+                    self.busy_timeout
+                };
+                if let Err(e) = self.conn.busy_timeout(wait) {
+                    tracing::warn!(error = %e, "journal: cannot set the busy timeout");
+                }
+            }
+            let first = if self.health.is_failing() {
+                match rx.recv_timeout(probe_wait) {
+                    Ok(job) => job,
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => {
+                        self.probe();
+                        probe_wait = (probe_wait * 2).min(PROBE_MAX);
+                        continue;
+                    }
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                probe_wait = PROBE_FIRST;
+                match rx.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.metrics.batch_size.observe(batch.len() as f64);
+            match self.commit_batch(batch, &mut next_seq) {
+                None => self.health.record_ok(),
+                Some((fault, message)) => self.health.record_fault(fault, &message),
+            }
+        }
+        tracing::debug!("journal writer stopped");
+    }
+
+    /// A write that touches the disk like any other (one row, one durable commit), run while
+    /// writes fail so health returns once the storage does, even with no traffic.
+    fn probe(&mut self) {
+        let result = self.leave_open_transaction().and_then(|()| {
+            self.conn
+                .execute(
+                    "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    [now_ms().to_string()],
+                )
+                .map(|_| ())
+        });
+        match result {
+            Ok(()) => self.health.record_ok(),
+            Err(e) => {
+                let fault = StorageFault::of_sqlite(&e).unwrap_or(StorageFault::Unavailable);
+                self.health
+                    .record_fault(fault, &format!("write probe failed: {e}"));
+            }
+        }
+    }
+
+    /// A failed rollback can leave the connection inside a transaction, where every later BEGIN
+    /// would fail; end it before starting anew.
+    fn leave_open_transaction(&self) -> rusqlite::Result<()> {
+        if self.conn.is_autocommit() {
+            return Ok(());
+        }
+        self.conn.execute_batch("ROLLBACK")
+    }
+
+    /// Runs `batch` in one transaction and answers every job: after the commit, or with the
+    /// error that lost the batch. Events reach the hub only after the commit. Returns the
+    /// storage fault seen, if any (a job's own, or the one that lost the batch).
+    fn commit_batch(
+        &mut self,
+        batch: Vec<Job>,
+        next_seq: &mut i64,
+    ) -> Option<(StorageFault, String)> {
+        if let Err(e) = self.leave_open_transaction() {
+            return Some(fail_all(
+                Vec::new(),
+                batch,
+                Lost::of("cannot end an earlier transaction", &e),
+            ));
+        }
+        let tx = match self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+        {
+            Ok(tx) => tx,
+            Err(e) => {
+                return Some(fail_all(
+                    Vec::new(),
+                    batch,
+                    Lost::of("cannot begin a write transaction", &e),
+                ))
+            }
+        };
+        let batch_start_seq = *next_seq;
+        let mut completions: Vec<(Instant, Completion)> = Vec::with_capacity(batch.len());
+        let mut frames: Vec<Arc<Frame>> = Vec::new();
+        let mut job_fault = None;
+        let mut lost = None;
+        let mut jobs = batch.into_iter();
+        for job in jobs.by_ref() {
+            let saved = *next_seq;
+            if job.savepoint {
+                if let Err(e) = tx.execute_batch("SAVEPOINT job") {
+                    lost = Some(Lost::of("cannot open a savepoint", &e));
+                    let (_, completion) = (job.run)(None);
+                    completions.push((job.enqueued, completion));
+                    break;
+                }
+            }
+            let mut ctx = WriteCtx {
+                conn: &tx,
+                epoch: &self.epoch,
+                next_seq: &mut *next_seq,
+                frames: Vec::new(),
+                hub: &self.hub,
+                now: now_ms(),
+            };
+            let (ran, completion) = (job.run)(Some(&mut ctx));
+            let job_frames = ctx.frames;
+            completions.push((job.enqueued, completion));
+            if let Err(Some(fault)) = &ran {
+                job_fault = Some(fault.clone());
+            }
+            let keep = ran.is_ok();
+            if !keep {
+                *next_seq = saved;
+            }
+            // SQLite may roll back the whole transaction after an I/O error or a full disk;
+            // what follows would then run outside it, so the batch ends here.
+            if tx.is_autocommit() {
+                lost = Some(Lost {
+                    fault: job_fault
+                        .as_ref()
+                        .map_or(StorageFault::Unavailable, |f| f.0),
+                    message: "the storage rolled back the write transaction after an error".into(),
+                });
+                break;
+            }
+            if job.savepoint {
+                let end = if keep {
+                    tx.execute_batch("RELEASE job")
+                } else {
+                    tx.execute_batch("ROLLBACK TO job; RELEASE job")
+                };
+                if let Err(e) = end {
+                    // The job's changes can be neither kept apart nor undone: lose the batch.
+                    lost = Some(Lost::of("cannot end a savepoint", &e));
+                    break;
+                }
+            }
+            if keep {
+                frames.extend(job_frames);
+            }
+        }
+        if let Some(lost) = lost {
+            *next_seq = batch_start_seq;
+            drop(tx); // rolls back whatever is left of the transaction
+            return Some(fail_all(completions, jobs.collect(), lost));
+        }
+        match tx.commit() {
+            Ok(()) => {
+                self.head.store(*next_seq - 1, Ordering::Release);
+                self.metrics
+                    .events_appended
+                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
+                self.hub.publish(&frames);
+                for (enqueued, completion) in completions {
+                    self.metrics
+                        .append_latency
+                        .observe(enqueued.elapsed().as_secs_f64());
+                    completion(Ok(()));
+                }
+                job_fault
+            }
+            Err(e) => {
+                // Dropping the transaction rolled it back: nothing of it exists, so its ids are
+                // free again, and no subscriber was told of them. The stored head is read back
+                // to be sure: should a commit reported as failed have been kept after all, the
+                // next ids must not collide with its events.
+                *next_seq = batch_start_seq;
+                if let Ok(stored) = super::store::head(&self.conn) {
+                    if stored >= batch_start_seq {
+                        tracing::error!(
+                            stored,
+                            "journal: a commit reported as failed was kept; its events reach streams only by replay"
+                        );
+                        *next_seq = stored + 1;
+                        self.head.store(stored, Ordering::Release);
+                    }
+                }
+                Some(fail_all(
+                    completions,
+                    Vec::new(),
+                    Lost::of("commit failed", &e),
+                ))
+            }
+        }
+    }
+}
+
+/// Answers every job of a lost batch with its error: those that ran, and those never run.
+fn fail_all(
+    ran: Vec<(Instant, Completion)>,
+    not_run: Vec<Job>,
+    lost: Lost,
+) -> (StorageFault, String) {
+    // Not an error log per batch: the health logs the first failure and the recovery.
+    tracing::debug!(error = %lost.message, jobs = ran.len() + not_run.len(), "journal: a write batch was lost");
+    for (_, completion) in ran {
+        completion(Err(lost.error()));
+    }
+    for job in not_run {
+        let (_, completion) = (job.run)(None);
+        completion(Err(lost.error()));
+    }
+    (lost.fault, lost.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::schema;
+    use turnstream_protocol::EventBody;
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    /// A writer on a fresh database with a table whose deferred foreign key is checked only at
+    /// COMMIT: a job that breaks it makes the whole batch's commit fail, as a full disk or an
+    /// I/O error at commit time would.
+    fn writer(dir: &std::path::Path) -> std::result::Result<Writer, Box<dyn std::error::Error>> {
+        let mut conn = Connection::open(dir.join("w.db"))?;
+        schema::configure(&conn)?;
+        let epoch = schema::migrate(&mut conn)?;
+        conn.execute_batch(
+            "CREATE TABLE parent(id INTEGER PRIMARY KEY);
+             CREATE TABLE child(parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
+        )?;
+        let metrics = Arc::new(Metrics::default());
+        Ok(Writer {
+            conn,
+            epoch,
+            hub: Hub::with_metrics(metrics.clone()),
+            metrics: metrics.clone(),
+            head: Arc::new(AtomicI64::new(0)),
+            health: Arc::new(WriteHealth::new(metrics)),
+            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+        })
+    }
+
+    fn append(savepoint: bool) -> (Job, oneshot::Receiver<Result<i64>>) {
+        Job::new(savepoint, |ctx| {
+            ctx.append("s", Some("t"), |_| EventBody::TurnQueued {})
+        })
+    }
+
+    fn events(w: &Writer) -> rusqlite::Result<Vec<i64>> {
+        w.conn
+            .prepare("SELECT id FROM events ORDER BY id")?
+            .query_map([], |r| r.get(0))?
+            .collect()
+    }
+
+    #[test]
+    fn a_failed_commit_fails_every_job_of_its_batch_and_publishes_nothing() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let mut w = writer(dir.path())?;
+        let mut sub = w.hub.subscribe(&["s".to_string()]);
+        let mut next_seq = 1;
+
+        let (a, mut ra) = append(true);
+        let (b, mut rb) = append(false);
+        let (poison, mut rp) = Job::new(true, |ctx| {
+            let seq = ctx.append("s", Some("t"), |_| EventBody::TurnStarted {})?;
+            ctx.conn
+                .execute("INSERT INTO child(parent) VALUES (42)", [])?;
+            Ok(seq)
+        });
+        let (d, mut rd) = append(true);
+        let fault = w.commit_batch(vec![a, b, poison, d], &mut next_seq);
+        assert!(fault.is_some(), "a lost batch is a storage fault");
+        for r in [&mut ra, &mut rb, &mut rp, &mut rd] {
+            match r.try_recv() {
+                Ok(Err(Error::Storage { message, .. })) => assert!(message.contains("commit")),
+                other => panic!("every job of the batch must learn it failed, got {other:?}"),
+            }
+        }
+        assert!(
+            sub.try_recv().is_none(),
+            "nothing of a failed commit is fanned out"
+        );
+        assert_eq!(w.head.load(Ordering::Acquire), 0);
+        assert_eq!(next_seq, 1, "the ids of a rolled-back batch are free again");
+        assert!(events(&w)?.is_empty());
+        assert!(w.conn.is_autocommit(), "no transaction is left open");
+
+        // The next batch commits, reusing the ids nobody saw; a job failing on its own is
+        // rolled back alone and leaves no gap.
+        let (e, mut re) = append(true);
+        let (failing, mut rf) = Job::new(true, |ctx| -> Result<i64> {
+            ctx.append("s", Some("t"), |_| EventBody::TurnStarted {})?;
+            Err(Error::NotFound { what: "turn" })
+        });
+        let (g, mut rg) = append(false);
+        assert!(w.commit_batch(vec![e, failing, g], &mut next_seq).is_none());
+        assert_eq!(re.try_recv()?.ok(), Some(1));
+        assert!(matches!(rf.try_recv()?, Err(Error::NotFound { .. })));
+        assert_eq!(rg.try_recv()?.ok(), Some(2));
+        assert_eq!(events(&w)?, vec![1, 2]);
+        assert_eq!(w.head.load(Ordering::Acquire), 2);
+        let published: Vec<i64> = std::iter::from_fn(|| sub.try_recv().map(|f| f.seq)).collect();
+        assert_eq!(published, vec![1, 2]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_transaction_the_storage_rolled_back_loses_the_whole_batch() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let mut w = writer(dir.path())?;
+        let mut sub = w.hub.subscribe(&["s".to_string()]);
+        let mut next_seq = 1;
+        let (a, mut ra) = append(true);
+        // What SQLite does by itself after some I/O errors or a full disk: the whole transaction
+        // is gone, and the statements that follow would run outside it.
+        let (rolled_back, mut rr) = Job::new(false, |ctx| -> Result<()> {
+            ctx.conn.execute_batch("ROLLBACK")?;
+            Err(Error::storage(StorageFault::Full, "disk full"))
+        });
+        let (c, mut rc) = append(true);
+        let fault = w.commit_batch(vec![a, rolled_back, c], &mut next_seq);
+        assert_eq!(fault.map(|f| f.0), Some(StorageFault::Full));
+        for r in [&mut ra, &mut rc] {
+            assert!(
+                matches!(r.try_recv()?, Err(Error::Storage { .. })),
+                "a job before or after the rollback must not look committed"
+            );
+        }
+        assert!(matches!(rr.try_recv()?, Err(Error::Storage { .. })));
+        assert!(sub.try_recv().is_none());
+        assert!(events(&w)?.is_empty(), "no job ran outside the transaction");
+        assert_eq!(next_seq, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn a_lock_held_elsewhere_fails_the_batch_and_the_probe_notices_its_release() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let mut w = writer(dir.path())?;
+        w.busy_timeout = Duration::from_millis(10);
+        w.conn.busy_timeout(w.busy_timeout)?;
+        let other = Connection::open(dir.path().join("w.db"))?;
+        other.execute_batch("BEGIN IMMEDIATE")?;
+
+        let mut next_seq = 1;
+        let (a, mut ra) = append(true);
+        let fault = w.commit_batch(vec![a], &mut next_seq);
+        assert_eq!(fault.map(|f| f.0), Some(StorageFault::Unavailable));
+        assert!(matches!(
+            ra.try_recv()?,
+            Err(Error::Storage {
+                fault: StorageFault::Unavailable,
+                ..
+            })
+        ));
+        w.health.record_fault(StorageFault::Unavailable, "locked");
+        w.probe();
+        assert!(
+            w.health.is_failing(),
+            "the probe fails while the lock is held"
+        );
+        other.execute_batch("ROLLBACK")?;
+        w.probe();
+        assert!(
+            !w.health.is_failing(),
+            "the probe succeeds once the lock is gone"
+        );
+        Ok(())
+    }
+}
