@@ -229,8 +229,8 @@ impl Journal {
             })?;
             ctx.conn
                 .prepare_cached(
-                    "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq)
-                     VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7)",
+                    "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position)
+                     VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, 2 * ?7)",
                 )?
                 .execute(params![message_id, session_id, cmid, content, turn_id, now, seq])?;
             let queued_seq = ctx.append(&session_id, Some(&turn_id), |_| EventBody::TurnQueued {})?;
@@ -288,7 +288,8 @@ impl Journal {
         .await
     }
 
-    /// Earlier messages of a session, for an agent's context: the last `limit` before `before_message`.
+    /// Earlier messages of a session in conversation order, for an agent's context: the last
+    /// `limit` before `before_message`.
     pub async fn agent_history(
         &self,
         session_id: &str,
@@ -301,8 +302,8 @@ impl Journal {
             let mut msgs: Vec<Message> = conn
                 .prepare_cached(&format!(
                     "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1
-                     AND seq < (SELECT seq FROM messages WHERE message_id = ?2)
-                     ORDER BY seq DESC LIMIT ?3"
+                     AND position < (SELECT position FROM messages WHERE message_id = ?2)
+                     ORDER BY position DESC LIMIT ?3"
                 ))?
                 .query_map(params![session_id, before, limit as i64], |r| {
                     message_from_row(r, epoch)
@@ -414,7 +415,8 @@ impl Journal {
         .await
     }
 
-    /// A page of history (oldest first) and the journal position of exactly this snapshot.
+    /// A page of history in conversation order (each turn's reply right after the message that
+    /// started it; see the `position` column) and the journal position of exactly this snapshot.
     pub async fn history(
         &self,
         session_id: &str,
@@ -424,10 +426,10 @@ impl Journal {
         let session_id = session_id.to_string();
         let before = before.map(str::to_string);
         self.read(move |conn, epoch| {
-            let before_seq: i64 = match &before {
+            let before_position: i64 = match &before {
                 Some(id) => conn
                     .prepare_cached(
-                        "SELECT seq FROM messages WHERE message_id = ?1 AND session_id = ?2",
+                        "SELECT position FROM messages WHERE message_id = ?1 AND session_id = ?2",
                     )?
                     .query_row([id, &session_id], |r| r.get(0))
                     .optional()?
@@ -436,12 +438,13 @@ impl Journal {
             };
             let mut messages: Vec<Message> = conn
                 .prepare_cached(&format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND seq < ?2
-                     ORDER BY seq DESC LIMIT ?3"
+                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND position < ?2
+                     ORDER BY position DESC LIMIT ?3"
                 ))?
-                .query_map(params![session_id, before_seq, limit as i64 + 1], |r| {
-                    message_from_row(r, epoch)
-                })?
+                .query_map(
+                    params![session_id, before_position, limit as i64 + 1],
+                    |r| message_from_row(r, epoch),
+                )?
                 .collect::<rusqlite::Result<_>>()?;
             let has_more = messages.len() > limit;
             messages.truncate(limit);
@@ -557,8 +560,9 @@ fn end_turn_in(
     }
     ctx.conn
         .prepare_cached(
-            "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq)
-             VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position)
+             VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7,
+                     COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * ?7 + 1))",
         )?
         .execute(params![
             message_id,
@@ -567,7 +571,8 @@ fn end_turn_in(
             MessageStatus::for_terminal(state).as_str(),
             turn_id,
             now,
-            seq
+            seq,
+            turn.user_message_id
         ])?;
     Ok(message)
 }
