@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use rusqlite::{params, Connection, OptionalExtension};
 use turnstream_protocol::{
     ActiveTurn, Cursor, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
-    Role, TurnInfo, TurnState,
+    Role, TurnInfo, TurnState, Usage,
 };
 
 use super::{Journal, WriteCtx};
@@ -356,6 +356,23 @@ impl Journal {
         self.submit_single_statement(move |ctx| ctx.append(&session_id, Some(&turn_id), |_| body))
     }
 
+    /// Queues the token usage an agent reported for a turn (kept on the turns projection, shown
+    /// by `GET /api/turns`; not an event: no client renders it live).
+    pub(crate) fn submit_turn_usage(
+        &self,
+        turn_id: &str,
+        usage: Usage,
+    ) -> tokio::sync::oneshot::Receiver<Result<i64>> {
+        let turn_id = turn_id.to_string();
+        self.submit_single_statement(move |ctx| {
+            let json = serde_json::to_string(&usage)?;
+            ctx.conn
+                .prepare_cached("UPDATE turns SET usage = ?2 WHERE turn_id = ?1")?
+                .execute(params![turn_id, json])?;
+            Ok(0)
+        })
+    }
+
     /// Ends a turn, if it is in one of `from`: in one transaction, the terminal state, the
     /// assistant message (with the text so far) and the one `turn_ended` event. Returns the
     /// message, or `None` if the turn had already left `from` (someone else ended it).
@@ -398,6 +415,11 @@ impl Journal {
                 .as_ref()
                 .map(|m| m.content.clone())
                 .unwrap_or(progress.text);
+            let usage: Option<String> = conn
+                .prepare_cached("SELECT usage FROM turns WHERE turn_id = ?1")?
+                .query_row([&turn_id], |r| r.get(0))?;
+            // Written by this server from the same type; an unreadable value is left out.
+            let usage = usage.and_then(|u| serde_json::from_str::<Usage>(&u).ok());
             Ok(Some(TurnInfo {
                 turn_id: turn.turn_id,
                 session_id: turn.session_id,
@@ -410,6 +432,7 @@ impl Journal {
                 tools: progress.tools,
                 message,
                 error: turn.error,
+                usage,
             }))
         })
         .await
