@@ -97,6 +97,50 @@ pub struct Config {
     /// Most turns one session may have queued or running.
     #[arg(long, env = "TURNSTREAM_MAX_ACTIVE_TURNS", default_value_t = turnstream_protocol::limits::MAX_ACTIVE_TURNS_PER_SESSION)]
     pub max_active_turns: usize,
+    /// System prompt sent first to the model (with --agent openai).
+    #[arg(long, env = "TURNSTREAM_OPENAI_SYSTEM_PROMPT")]
+    pub openai_system_prompt: Option<String>,
+    /// File whose text is the system prompt (read at startup; instead of --openai-system-prompt).
+    #[arg(
+        long,
+        env = "TURNSTREAM_OPENAI_SYSTEM_PROMPT_FILE",
+        conflicts_with = "openai_system_prompt",
+        value_parser = read_prompt_file
+    )]
+    pub openai_system_prompt_file: Option<String>,
+    /// `max_tokens` sent upstream; the server's own default when unset.
+    #[arg(long, env = "TURNSTREAM_OPENAI_MAX_TOKENS")]
+    pub openai_max_tokens: Option<u32>,
+    /// `temperature` sent upstream; the server's own default when unset.
+    #[arg(long, env = "TURNSTREAM_OPENAI_TEMPERATURE")]
+    pub openai_temperature: Option<f32>,
+    /// Seconds the upstream may stay silent (before answering or mid-reply) before the turn
+    /// fails; generous because reasoning models can think for minutes.
+    #[arg(
+        long,
+        env = "TURNSTREAM_OPENAI_IDLE_TIMEOUT_SECS",
+        default_value_t = 300
+    )]
+    pub openai_idle_timeout_secs: u64,
+    /// Retries of a rate limit (429), server error (5xx) or lost connection before the first
+    /// token, with capped, jittered backoff that honours Retry-After.
+    #[arg(long, env = "TURNSTREAM_OPENAI_MAX_RETRIES", default_value_t = 3)]
+    pub openai_max_retries: u32,
+    /// Ask for token usage (`stream_options.include_usage`), kept on the turn; turn off for a
+    /// server that rejects the field.
+    #[arg(
+        long,
+        env = "TURNSTREAM_OPENAI_INCLUDE_USAGE",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub openai_include_usage: bool,
+}
+
+/// Reads `--openai-system-prompt-file` at startup, so a missing file stops the server with a
+/// clear message instead of failing every turn.
+fn read_prompt_file(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))
 }
 
 impl Config {
@@ -106,6 +150,22 @@ impl Config {
 
     pub fn heartbeat(&self) -> Duration {
         Duration::from_secs(self.heartbeat_secs.max(1))
+    }
+
+    /// The openai agent's options from the `--openai-*` flags.
+    pub fn openai_options(&self) -> crate::agent::openai::OpenAiOptions {
+        crate::agent::openai::OpenAiOptions {
+            system_prompt: self
+                .openai_system_prompt
+                .clone()
+                .or_else(|| self.openai_system_prompt_file.clone()),
+            max_tokens: self.openai_max_tokens,
+            temperature: self.openai_temperature,
+            include_usage: self.openai_include_usage,
+            idle_timeout: Duration::from_secs(self.openai_idle_timeout_secs.max(1)),
+            max_retries: self.openai_max_retries,
+            ..Default::default()
+        }
     }
 
     /// Defaults, as `turnstream serve` with no flags would have them (for embedding and tests).
