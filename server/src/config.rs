@@ -214,4 +214,66 @@ mod tests {
         assert_eq!(c.cors_origins, vec!["http://a", "http://b"]);
         assert_eq!(c.agent, AgentKind::Openai);
     }
+
+    #[test]
+    fn openai_flags_become_the_agent_options() -> Result<(), Box<dyn std::error::Error>> {
+        let defaults = Config::defaults().openai_options();
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(300));
+        assert_eq!(defaults.max_retries, 3);
+        assert!(defaults.include_usage);
+        assert_eq!(defaults.system_prompt, None);
+        assert_eq!(defaults.max_tokens, None);
+
+        let dir = tempfile::tempdir()?;
+        let prompt = dir.path().join("prompt.txt");
+        std::fs::write(&prompt, "You answer in French.\n")?;
+        let parsed = Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt-file",
+            prompt.to_str().ok_or("path")?,
+            "--openai-max-tokens",
+            "512",
+            "--openai-temperature",
+            "0.2",
+            "--openai-idle-timeout-secs",
+            "30",
+            "--openai-max-retries",
+            "0",
+            "--openai-include-usage",
+            "false",
+        ])?;
+        let Command::Serve(c) = parsed.command;
+        let o = c.openai_options();
+        assert_eq!(o.system_prompt.as_deref(), Some("You answer in French.\n"));
+        assert_eq!(o.max_tokens, Some(512));
+        assert_eq!(o.temperature, Some(0.2));
+        assert_eq!(o.idle_timeout, Duration::from_secs(30));
+        assert_eq!(o.max_retries, 0);
+        assert!(!o.include_usage);
+
+        // A prompt file that cannot be read stops the server at startup, naming the file.
+        let missing = dir.path().join("missing.txt");
+        let missing = missing.to_str().ok_or("path")?;
+        let error = Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt-file",
+            missing,
+        ])
+        .err()
+        .ok_or("a missing prompt file parsed")?;
+        assert!(error.to_string().contains("missing.txt"), "{error}");
+        // The prompt and the prompt file exclude each other.
+        assert!(Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt",
+            "x",
+            "--openai-system-prompt-file",
+            prompt.to_str().ok_or("path")?,
+        ])
+        .is_err());
+        Ok(())
+    }
 }
