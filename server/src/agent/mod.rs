@@ -60,9 +60,7 @@ impl TurnSink {
             let _ = self.tx.send(Emission::Response(delta));
         }
     }
-}
 
-impl TurnSink {
     pub fn usage(&self, usage: Usage) {
         let _ = self.tx.send(Emission::Usage(usage));
     }

@@ -55,11 +55,12 @@ impl Turn {
         let data = frame.data.trim();
         if frame.event == "error" {
             // llama.cpp: `event: error` with the error object as data, then `[DONE]`.
-            let message = serde_json::from_str::<Value>(data)
-                .ok()
-                .and_then(|v| error_message(&v))
+            let error = serde_json::from_str::<Value>(data).ok();
+            let message = error
+                .as_ref()
+                .and_then(error_message)
                 .unwrap_or_else(|| truncate(data, FRAME_TEXT_BYTES));
-            return Err(in_stream(&message, data));
+            return Err(in_stream(&message, data, error.as_ref()));
         }
         if data == "[DONE]" {
             return Ok(Next::Done);
@@ -74,7 +75,7 @@ impl Turn {
         {
             // vLLM's `{"object": "error", "message"}`; OpenAI's and OpenRouter's `{"error"}`.
             let message = error_message(&chunk).unwrap_or_else(|| "no message".into());
-            return Err(in_stream(&message, data));
+            return Err(in_stream(&message, data, Some(&chunk)));
         }
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             if let Ok(usage) = serde_json::from_value::<Usage>(usage.clone()) {
@@ -121,7 +122,7 @@ impl Turn {
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
             if reason == "error" {
                 // OpenRouter ends a choice this way when its provider failed mid-reply.
-                return Err(in_stream("the model failed mid-reply", data));
+                return Err(in_stream("the model failed mid-reply", data, None));
             }
             // Any finish_reason ends this choice's call set: `tool_calls` from OpenAI, but some
             // servers (older Ollama) say `stop` after tool calls. A reply cut short also cuts
@@ -248,13 +249,22 @@ fn cut_short(reason: &str) -> Option<&'static str> {
     }
 }
 
-/// An error the upstream reported inside a 200 stream.
-fn in_stream(message: &str, raw: &str) -> Failure {
+/// An error the upstream reported inside a 200 stream. Its numeric `code`, where it gives one
+/// (OpenRouter's provider errors and rate limits, vLLM's and llama.cpp's error objects), says
+/// whether another attempt could succeed, as the status would have.
+fn in_stream(message: &str, raw: &str, body: Option<&Value>) -> Failure {
+    let code = body.and_then(|b| {
+        b.get("error")
+            .and_then(|e| e.get("code"))
+            .or(b.get("code"))
+            .and_then(Value::as_u64)
+    });
     Failure {
         log: format!(
             "upstream error in stream: {}",
             truncate(raw, FRAME_TEXT_BYTES)
         ),
+        retryable: code.is_some_and(|c| c == 408 || c == 429 || (500..600).contains(&c)),
         ..Failure::fatal(format!("upstream error: {message}"))
     }
 }

@@ -82,11 +82,8 @@ pub(super) async fn status_failure(response: reqwest::Response) -> Failure {
     let _ = tokio::time::timeout(ERROR_BODY_TIMEOUT, read).await;
     let text = String::from_utf8_lossy(&body);
     let text = text.trim();
-    let html = content_type.contains("html")
-        || text.starts_with('<')
-        || text
-            .get(..15)
-            .is_some_and(|t| t.eq_ignore_ascii_case("<!doctype html"));
+    // An error page from the server or a proxy in front of it (`<!DOCTYPE html>`, `<html>`).
+    let html = content_type.contains("html") || text.starts_with('<');
     let detail = serde_json::from_str::<Value>(text)
         .ok()
         .and_then(|v| error_message(&v))
