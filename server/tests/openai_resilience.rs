@@ -63,6 +63,12 @@ async fn retry_after_beyond_a_minute_fails_at_once() {
             .starts_with("upstream 429 Too Many Requests: Rate limit reached"),
         "{error}"
     );
+    assert!(
+        error
+            .0
+            .ends_with("(the server asked to retry after 3600 s)"),
+        "{error}"
+    );
     assert_eq!(fake.request_count(), 1);
     assert!(started.elapsed() < Duration::from_secs(5));
 }

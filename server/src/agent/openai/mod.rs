@@ -173,6 +173,13 @@ impl OpenAiAgent {
                 if attempt > 1 {
                     failure.user = format!("{} (after {attempt} attempts)", failure.user);
                 }
+                if failure.retryable && delay > MAX_RETRY_AFTER {
+                    failure.user = format!(
+                        "{} (the server asked to retry after {} s)",
+                        failure.user,
+                        delay.as_secs()
+                    );
+                }
                 return Err(failure);
             }
             tokio::time::sleep(delay).await;
