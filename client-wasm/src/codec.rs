@@ -288,6 +288,8 @@ pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
         tools: list(v, "tools", tool_call)?,
         message: opt(v, "message", message)?,
         error: opt_string(v, "error")?,
+        // The SDK shows no token counts; the field is v1.1's and optional.
+        usage: None,
     })
 }
 

@@ -129,6 +129,21 @@ pub struct TurnInfo {
     /// The assistant message written when the turn ended.
     pub message: Option<Message>,
     pub error: Option<String>,
+    /// Tokens the model reported for the turn (v1.1), when the agent knows them; omitted
+    /// otherwise, so a v1 client sees the shape it knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// Token counts of one turn, as an OpenAI-compatible server reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
 }
 
 /// Answer of `POST /api/turns/{turn}/cancel`.

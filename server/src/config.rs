@@ -169,6 +169,50 @@ pub struct Config {
     /// before the write fails (`503 storage_unavailable`) and is retried later.
     #[arg(long, env = "TURNSTREAM_BUSY_TIMEOUT_MS", default_value_t = 5000)]
     pub busy_timeout_ms: u64,
+    /// System prompt sent first to the model (with --agent openai).
+    #[arg(long, env = "TURNSTREAM_OPENAI_SYSTEM_PROMPT")]
+    pub openai_system_prompt: Option<String>,
+    /// File whose text is the system prompt (read at startup; instead of --openai-system-prompt).
+    #[arg(
+        long,
+        env = "TURNSTREAM_OPENAI_SYSTEM_PROMPT_FILE",
+        conflicts_with = "openai_system_prompt",
+        value_parser = read_prompt_file
+    )]
+    pub openai_system_prompt_file: Option<String>,
+    /// `max_tokens` sent upstream; the server's own default when unset.
+    #[arg(long, env = "TURNSTREAM_OPENAI_MAX_TOKENS")]
+    pub openai_max_tokens: Option<u32>,
+    /// `temperature` sent upstream; the server's own default when unset.
+    #[arg(long, env = "TURNSTREAM_OPENAI_TEMPERATURE")]
+    pub openai_temperature: Option<f32>,
+    /// Seconds the upstream may stay silent (before answering or mid-reply) before the turn
+    /// fails; generous because reasoning models can think for minutes.
+    #[arg(
+        long,
+        env = "TURNSTREAM_OPENAI_IDLE_TIMEOUT_SECS",
+        default_value_t = 300
+    )]
+    pub openai_idle_timeout_secs: u64,
+    /// Retries of a rate limit (429), server error (5xx) or lost connection before the first
+    /// token, with capped, jittered backoff that honours Retry-After.
+    #[arg(long, env = "TURNSTREAM_OPENAI_MAX_RETRIES", default_value_t = 3)]
+    pub openai_max_retries: u32,
+    /// Ask for token usage (`stream_options.include_usage`), kept on the turn; turn off for a
+    /// server that rejects the field.
+    #[arg(
+        long,
+        env = "TURNSTREAM_OPENAI_INCLUDE_USAGE",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub openai_include_usage: bool,
+}
+
+/// Reads `--openai-system-prompt-file` at startup, so a missing file stops the server with a
+/// clear message instead of failing every turn.
+fn read_prompt_file(path: &str) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))
 }
 
 impl Config {
@@ -200,6 +244,22 @@ impl Config {
 
     pub fn heartbeat(&self) -> Duration {
         Duration::from_secs(self.heartbeat_secs.max(1))
+    }
+
+    /// The openai agent's options from the `--openai-*` flags.
+    pub fn openai_options(&self) -> crate::agent::openai::OpenAiOptions {
+        crate::agent::openai::OpenAiOptions {
+            system_prompt: self
+                .openai_system_prompt
+                .clone()
+                .or_else(|| self.openai_system_prompt_file.clone()),
+            max_tokens: self.openai_max_tokens,
+            temperature: self.openai_temperature,
+            include_usage: self.openai_include_usage,
+            idle_timeout: Duration::from_secs(self.openai_idle_timeout_secs.max(1)),
+            max_retries: self.openai_max_retries,
+            ..Default::default()
+        }
     }
 
     /// Defaults, as `turnstream serve` with no flags would have them (for embedding and tests).
@@ -248,5 +308,69 @@ mod tests {
         assert_eq!(c.coalesce_ms, 0);
         assert_eq!(c.cors_origins, vec!["http://a", "http://b"]);
         assert_eq!(c.agent, AgentKind::Openai);
+    }
+
+    #[test]
+    fn openai_flags_become_the_agent_options() -> Result<(), Box<dyn std::error::Error>> {
+        let defaults = Config::defaults().openai_options();
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(300));
+        assert_eq!(defaults.max_retries, 3);
+        assert!(defaults.include_usage);
+        assert_eq!(defaults.system_prompt, None);
+        assert_eq!(defaults.max_tokens, None);
+
+        let dir = tempfile::tempdir()?;
+        let prompt = dir.path().join("prompt.txt");
+        std::fs::write(&prompt, "You answer in French.\n")?;
+        let parsed = Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt-file",
+            prompt.to_str().ok_or("path")?,
+            "--openai-max-tokens",
+            "512",
+            "--openai-temperature",
+            "0.2",
+            "--openai-idle-timeout-secs",
+            "30",
+            "--openai-max-retries",
+            "0",
+            "--openai-include-usage",
+            "false",
+        ])?;
+        let Command::Serve(c) = parsed.command else {
+            return Err("not `serve`".into());
+        };
+        let o = c.openai_options();
+        assert_eq!(o.system_prompt.as_deref(), Some("You answer in French.\n"));
+        assert_eq!(o.max_tokens, Some(512));
+        assert_eq!(o.temperature, Some(0.2));
+        assert_eq!(o.idle_timeout, Duration::from_secs(30));
+        assert_eq!(o.max_retries, 0);
+        assert!(!o.include_usage);
+
+        // A prompt file that cannot be read stops the server at startup, naming the file.
+        let missing = dir.path().join("missing.txt");
+        let missing = missing.to_str().ok_or("path")?;
+        let error = Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt-file",
+            missing,
+        ])
+        .err()
+        .ok_or("a missing prompt file parsed")?;
+        assert!(error.to_string().contains("missing.txt"), "{error}");
+        // The prompt and the prompt file exclude each other.
+        assert!(Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt",
+            "x",
+            "--openai-system-prompt-file",
+            prompt.to_str().ok_or("path")?,
+        ])
+        .is_err());
+        Ok(())
     }
 }

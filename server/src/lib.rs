@@ -66,10 +66,11 @@ pub fn agent_from_config(config: &Config) -> Arc<dyn Agent> {
         AgentKind::Demo => Arc::new(DemoAgent {
             delay: Duration::from_millis(config.demo_delay_ms),
         }),
-        AgentKind::Openai => Arc::new(OpenAiAgent::new(
+        AgentKind::Openai => Arc::new(OpenAiAgent::with_options(
             config.openai_base_url.clone(),
             config.openai_model.clone(),
             std::env::var("OPENAI_API_KEY").ok(),
+            config.openai_options(),
         )),
     }
 }

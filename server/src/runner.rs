@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use turnstream_protocol::{EventBody, TurnState};
+use turnstream_protocol::{EventBody, ToolCall, ToolStatus, TurnState};
 
 use crate::agent::{Agent, Emission, TurnContext, TurnSink};
 use crate::error::{Error, Result, StorageFault};
@@ -451,6 +451,7 @@ async fn emit(
         pending: None,
         inflight: VecDeque::new(),
         error: None,
+        open_tools: Vec::new(),
     };
     let mut deadline: Option<Instant> = None;
     let mut stopping = false;
@@ -485,7 +486,12 @@ async fn emit(
             Emission::Response(d) => out.delta(Kind::Response, d),
             Emission::Tool(call) => {
                 out.flush();
+                out.track_tool(&call);
                 out.submit(EventBody::Tool(call));
+            }
+            Emission::Usage(usage) => {
+                let write = out.journal.submit_turn_usage(&out.turn, usage);
+                out.inflight.push_back(write);
             }
         }
         if window.is_zero() {
@@ -497,6 +503,7 @@ async fn emit(
         }
     }
     out.flush();
+    out.fail_open_tools();
     for rx in out.inflight.drain(..) {
         match rx.await {
             Ok(Ok(_)) => {}
@@ -533,9 +540,31 @@ struct Emitter {
     /// Writes queued and not yet known committed, oldest first (they commit in order).
     inflight: VecDeque<oneshot::Receiver<Result<i64>>>,
     error: Option<String>,
+    /// Tool calls reported started and not yet finished or failed. A cancelled or interrupted
+    /// turn drops its agent mid-call; without a last word from here the call would show as
+    /// running forever.
+    open_tools: Vec<ToolCall>,
 }
 
 impl Emitter {
+    fn track_tool(&mut self, call: &ToolCall) {
+        self.open_tools.retain(|t| t.call_id != call.call_id);
+        if matches!(call.status, ToolStatus::Started | ToolStatus::Progress) {
+            self.open_tools.push(call.clone());
+        }
+    }
+
+    /// Journals every call the agent left open as `failed`, once the agent can emit no more.
+    fn fail_open_tools(&mut self) {
+        for mut call in std::mem::take(&mut self.open_tools) {
+            call.status = ToolStatus::Failed;
+            // Previews already journaled stay (a later update without one keeps them).
+            call.input_preview = None;
+            call.output_preview = None;
+            self.submit(EventBody::Tool(call));
+        }
+    }
+
     fn delta(&mut self, kind: Kind, delta: String) {
         if kind == Kind::Response {
             self.text.push_str(&delta);

@@ -1,192 +1,20 @@
 //! `OpenAiAgent` against an in-process fake upstream that speaks the chat-completions streaming
 //! protocol byte for byte: `data: {json}\n\n` chunks, then `data: [DONE]\n\n`.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+mod support;
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use serde_json::{json, Value};
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use serde_json::json;
 use tokio::sync::oneshot;
-use turnstream_protocol::{Message, MessageStatus, Role, ToolCall, ToolStatus};
+use turnstream_protocol::{MessageStatus, Role, ToolStatus, Usage};
 use turnstream_server::agent::openai::OpenAiAgent;
-use turnstream_server::agent::{Agent, AgentError, Emission, TurnContext, TurnSink};
+use turnstream_server::agent::{Agent, AgentError, Emission, TurnSink};
 
-/// Deadline for anything the tests wait on; a hang fails instead of blocking the suite.
-const DEADLINE: Duration = Duration::from_secs(10);
+use support::upstream::*;
 
-/// One piece of a scripted streaming body.
-enum Piece {
-    /// Sent as its own HTTP chunk, so the client sees a boundary exactly after it.
-    Bytes(Vec<u8>),
-    /// Wait for the signal, then abort the connection mid-body.
-    AbortWhen(oneshot::Receiver<()>),
-}
-
-/// What the fake answers to the next request.
-enum Reply {
-    Stream(Vec<Piece>),
-    Status(StatusCode, &'static str, String),
-}
-
-/// A request as the fake received it.
-struct Recorded {
-    headers: HeaderMap,
-    body: Value,
-}
-
-#[derive(Clone)]
-struct Fake {
-    reply: Arc<Mutex<Option<Reply>>>,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-}
-
-async fn completions(
-    State(fake): State<Fake>,
-    headers: HeaderMap,
-    Json(body): Json<Value>,
-) -> Response {
-    fake.requests
-        .lock()
-        .expect("requests lock")
-        .push(Recorded { headers, body });
-    let reply = fake.reply.lock().expect("reply lock").take();
-    match reply {
-        None => (StatusCode::IM_A_TEAPOT, "no reply scripted").into_response(),
-        Some(Reply::Status(status, content_type, body)) => {
-            (status, [("content-type", content_type)], body).into_response()
-        }
-        Some(Reply::Stream(pieces)) => {
-            let stream = futures::stream::unfold(VecDeque::from(pieces), |mut rest| async move {
-                match rest.pop_front()? {
-                    Piece::Bytes(bytes) => Some((Ok::<_, std::io::Error>(bytes), rest)),
-                    Piece::AbortWhen(signal) => {
-                        let _ = signal.await;
-                        // An error from the body stream makes hyper drop the connection
-                        // without the terminating chunk.
-                        Some((Err(std::io::Error::other("abort")), rest))
-                    }
-                }
-            });
-            Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Body::from_stream(stream))
-                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-        }
-    }
-}
-
-/// Starts a fake upstream that answers its first request with `reply`; returns it and its
-/// base URL (`http://127.0.0.1:PORT/v1`).
-async fn upstream(reply: Reply) -> (Fake, String) {
-    let fake = Fake {
-        reply: Arc::new(Mutex::new(Some(reply))),
-        requests: Arc::new(Mutex::new(Vec::new())),
-    };
-    let app = Router::new()
-        .route("/v1/chat/completions", post(completions))
-        .with_state(fake.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind fake upstream");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (fake, format!("http://{addr}/v1"))
-}
-
-fn ctx(user_message: &str, history: Vec<Message>) -> TurnContext {
-    TurnContext {
-        session_id: "s1".into(),
-        turn_id: "t1".into(),
-        user_message: user_message.into(),
-        history,
-    }
-}
-
-fn message(role: Role, content: &str, status: MessageStatus) -> Message {
-    Message {
-        message_id: format!("m-{content}"),
-        client_message_id: None,
-        role,
-        content: content.into(),
-        status,
-        turn_id: None,
-        created_at: 0,
-        event_id: "e-1".into(),
-        author: None,
-    }
-}
-
-/// One `chat.completion.chunk` frame as OpenAI sends it.
-fn chunk(delta: Value, finish_reason: Option<&str>) -> Vec<u8> {
-    let frame = json!({
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1_700_000_000,
-        "model": "gpt-test",
-        "system_fingerprint": "fp_1",
-        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
-    });
-    format!("data: {frame}\n\n").into_bytes()
-}
-
-fn done() -> Vec<u8> {
-    b"data: [DONE]\n\n".to_vec()
-}
-
-/// The usage chunk of `stream_options.include_usage`: no choices.
-fn usage() -> Vec<u8> {
-    let frame = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}});
-    format!("data: {frame}\n\n").into_bytes()
-}
-
-fn stream(chunks: Vec<Vec<u8>>) -> Reply {
-    Reply::Stream(chunks.into_iter().map(Piece::Bytes).collect())
-}
-
-/// Runs one turn to its end and drains everything it emitted, in order.
-async fn run_turn(
-    agent: &OpenAiAgent,
-    ctx: TurnContext,
-) -> (Result<(), AgentError>, Vec<Emission>) {
-    let (sink, mut rx) = TurnSink::channel();
-    let result = tokio::time::timeout(DEADLINE, agent.run(ctx, sink))
-        .await
-        .expect("turn ended before the deadline");
-    let mut emissions = Vec::new();
-    while let Ok(e) = rx.try_recv() {
-        emissions.push(e);
-    }
-    (result, emissions)
-}
-
-fn response_text(emissions: &[Emission]) -> String {
-    emissions
-        .iter()
-        .filter_map(|e| match e {
-            Emission::Response(d) => Some(d.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
-fn tool(call_id: &str, name: &str, status: ToolStatus, input: Option<&str>) -> Emission {
-    Emission::Tool(ToolCall {
-        call_id: call_id.into(),
-        name: name.into(),
-        status,
-        input_preview: input.map(str::to_string),
-        output_preview: None,
-    })
-}
+const DEADLINE: std::time::Duration = AGENT_DEADLINE;
 
 #[tokio::test]
 async fn content_deltas_stream_in_order() {
@@ -212,6 +40,12 @@ async fn content_deltas_stream_in_order() {
             Emission::Response("Hel".into()),
             Emission::Response("lo".into()),
             Emission::Response(" world".into()),
+            // The usage chunk's counts, reported once the stream is over.
+            Emission::Usage(Usage {
+                prompt_tokens: 5,
+                completion_tokens: 3,
+                total_tokens: 8
+            }),
         ]
     );
     assert_eq!(response_text(&emissions), "Hello world");
@@ -365,11 +199,21 @@ async fn sends_history_model_stream_and_key() {
     assert_eq!(request.body["model"], json!("model-x"));
     assert_eq!(request.body["stream"], json!(true));
     assert_eq!(
+        request.body["stream_options"],
+        json!({"include_usage": true})
+    );
+    // Nothing configured, nothing sent: the server's own defaults apply.
+    for unset in ["max_tokens", "temperature"] {
+        assert!(request.body.get(unset).is_none(), "{unset} sent");
+    }
+    assert_eq!(
         request.body["messages"],
         json!([
             {"role": "user", "content": "first question"},
             {"role": "assistant", "content": "first answer"},
             {"role": "user", "content": "second question"},
+            // A failed turn's empty slot keeps the roles alternating.
+            {"role": "assistant", "content": "(no reply: the turn failed)"},
             {"role": "user", "content": "third question"},
             {"role": "assistant", "content": "partial"},
             {"role": "user", "content": "now"},
@@ -419,7 +263,7 @@ async fn upstream_401_fails_with_openai_error_message() {
     assert!(
         error
             .0
-            .starts_with("upstream 401: Incorrect API key provided: sk-bad."),
+            .starts_with("upstream 401 Unauthorized: Incorrect API key provided: sk-bad."),
         "{error}"
     );
     assert!(!error.0.contains("invalid_request_error"), "{error}");
@@ -434,25 +278,25 @@ async fn upstream_500_plain_text_long_body_and_empty_body() {
         "model crashed: CUDA out of memory\n".into(),
     ))
     .await;
-    let (result, _) = run_turn(&OpenAiAgent::new(base, "m", None), ctx("hi", vec![])).await;
+    let (result, _) = run_turn(&agent(&base, no_retries()), ctx("hi", vec![])).await;
     assert_eq!(
         result,
         Err(AgentError(
-            "upstream 500: model crashed: CUDA out of memory".into()
+            "upstream 500 Internal Server Error: model crashed: CUDA out of memory".into()
         ))
     );
 
-    // A long error page is cut to 500 bytes, on a character boundary.
+    // A long plain-text error is cut to 300 bytes, on a character boundary.
     let page = "é".repeat(2000);
-    let (_fake, base) = upstream(Reply::Status(StatusCode::BAD_GATEWAY, "text/html", page)).await;
-    let (result, _) = run_turn(&OpenAiAgent::new(base, "m", None), ctx("hi", vec![])).await;
+    let (_fake, base) = upstream(Reply::Status(StatusCode::BAD_GATEWAY, "text/plain", page)).await;
+    let (result, _) = run_turn(&agent(&base, no_retries()), ctx("hi", vec![])).await;
     let error = result.expect_err("a 502 fails the turn");
     let detail = error
         .0
-        .strip_prefix("upstream 502: ")
+        .strip_prefix("upstream 502 Bad Gateway: ")
         .expect("status prefix");
-    assert!(detail.len() <= 500, "{} bytes", detail.len());
-    assert!(detail.len() > 400, "{} bytes", detail.len());
+    assert!(detail.len() <= 300, "{} bytes", detail.len());
+    assert!(detail.len() > 250, "{} bytes", detail.len());
     assert!(detail.starts_with("éé"));
 
     let (_fake, base) = upstream(Reply::Status(
@@ -461,10 +305,13 @@ async fn upstream_500_plain_text_long_body_and_empty_body() {
         String::new(),
     ))
     .await;
-    let (result, _) = run_turn(&OpenAiAgent::new(base, "m", None), ctx("hi", vec![])).await;
+    let (result, _) = run_turn(&agent(&base, no_retries()), ctx("hi", vec![])).await;
     assert_eq!(
         result,
-        Err(AgentError("upstream 503: Service Unavailable".into()))
+        Err(AgentError(
+            "upstream 503 Service Unavailable: the model server, or a proxy in front of it, failed"
+                .into()
+        ))
     );
 }
 
@@ -690,7 +537,7 @@ async fn unreachable_upstream_fails_with_the_cause() {
         .expect("bind");
     let addr = listener.local_addr().expect("local addr");
     drop(listener);
-    let agent = OpenAiAgent::new(format!("http://{addr}/v1"), "m", None);
+    let agent = agent(&format!("http://{addr}/v1"), no_retries());
     let (result, emissions) = run_turn(&agent, ctx("hi", vec![])).await;
     let error = result.expect_err("a refused connection fails the turn");
     assert!(error.0.starts_with("upstream request failed: "), "{error}");

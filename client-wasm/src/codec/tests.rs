@@ -107,6 +107,7 @@ fn info(with_message: bool) -> TurnInfo {
         tools: (0..4).map(tool).collect(),
         message: with_message.then(|| msg(1, "reply")),
         error: Some("boom".into()),
+        usage: None,
     }
 }
 

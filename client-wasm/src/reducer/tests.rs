@@ -101,6 +101,7 @@ fn info(n: u32, state: TurnState, text: &str, message: Option<Message>) -> TurnI
         tools: vec![],
         message,
         error: None,
+        usage: None,
     }
 }
 

@@ -6,7 +6,7 @@ pub mod openai;
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
-use turnstream_protocol::{Message, ToolCall};
+use turnstream_protocol::{Message, ToolCall, Usage};
 
 /// What an agent is given for one turn.
 #[derive(Debug, Clone)]
@@ -25,6 +25,8 @@ pub enum Emission {
     Thinking(String),
     Tool(ToolCall),
     Response(String),
+    /// Tokens the model reported for the turn; the last one sent is kept on the turn.
+    Usage(Usage),
 }
 
 /// Where an agent sends its output. Sending never blocks; the runner journals (and coalesces) it.
@@ -57,6 +59,10 @@ impl TurnSink {
         if !delta.is_empty() {
             let _ = self.tx.send(Emission::Response(delta));
         }
+    }
+
+    pub fn usage(&self, usage: Usage) {
+        let _ = self.tx.send(Emission::Usage(usage));
     }
 }
 

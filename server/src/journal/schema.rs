@@ -68,7 +68,22 @@ CREATE TABLE floors (
     floor_seq  INTEGER NOT NULL
 ) WITHOUT ROWID;
 "#,
-    // Contract v1.1: who wrote a user message (a token's `sub`); NULL without auth.
+    // v2: conversation order. A user message sorts at twice the journal id of its
+    // `message_received`, its turn's reply right after it (one more), so history lists each reply
+    // right after its question even when a later message was accepted while that turn ran.
+    // And the token usage an agent reported for a turn (JSON, as `TurnInfo.usage` shows it).
+    r#"
+ALTER TABLE messages ADD COLUMN position INTEGER NOT NULL DEFAULT 0;
+UPDATE messages SET position = 2 * event_seq WHERE role = 'user';
+UPDATE messages SET position = COALESCE(
+    (SELECT 2 * u.event_seq + 1 FROM turns t JOIN messages u ON u.message_id = t.user_message_id
+     WHERE t.turn_id = messages.turn_id),
+    2 * event_seq + 1)
+WHERE role = 'assistant';
+CREATE INDEX messages_by_position ON messages(session_id, position);
+ALTER TABLE turns ADD COLUMN usage TEXT;
+"#,
+    // v3 (contract v1.1): who wrote a user message (a token's `sub`); NULL without auth.
     r#"
 ALTER TABLE messages ADD COLUMN author TEXT;
 "#,
@@ -153,6 +168,35 @@ mod tests {
         assert_eq!(e1, e2);
         let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         assert_eq!(v, SCHEMA_VERSION);
+        Ok(())
+    }
+
+    /// A v1 database where message 2 was accepted while turn 1 ran (so reply 1 was written
+    /// after it) migrates to conversation order.
+    #[test]
+    fn v1_history_migrates_to_conversation_order() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("t.db");
+        let c = Connection::open(&path)?;
+        c.execute_batch(MIGRATIONS[0])?;
+        c.pragma_update(None, "user_version", 1)?;
+        c.execute_batch(
+            "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq)
+                 VALUES ('t1', 's', 'u1', 'completed', 0, 2), ('t2', 's', 'u2', 'completed', 0, 4);
+             INSERT INTO messages(message_id, session_id, role, content, status, turn_id, created_at, event_seq) VALUES
+                 ('u1', 's', 'user', 'q1', 'complete', 't1', 0, 1),
+                 ('u2', 's', 'user', 'q2', 'complete', 't2', 0, 3),
+                 ('a1', 's', 'assistant', 'r1', 'complete', 't1', 0, 6),
+                 ('a2', 's', 'assistant', 'r2', 'complete', 't2', 0, 9);",
+        )?;
+        drop(c);
+        let mut c = Connection::open(&path)?;
+        migrate(&mut c)?;
+        let order: Vec<String> = c
+            .prepare("SELECT message_id FROM messages WHERE session_id = 's' ORDER BY position")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        assert_eq!(order, ["u1", "a1", "u2", "a2"]);
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use rusqlite::{params, Connection, OptionalExtension};
 use turnstream_protocol::{
     ActiveTurn, Cursor, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
-    Role, TurnInfo, TurnState,
+    Role, TurnInfo, TurnState, Usage,
 };
 
 use super::{Journal, WriteCtx};
@@ -233,8 +233,8 @@ impl Journal {
             })?;
             ctx.conn
                 .prepare_cached(
-                    "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author)
-                     VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8)",
+                    "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position)
+                     VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * ?7)",
                 )?
                 .execute(params![message_id, session_id, cmid, content, turn_id, now, seq, author])?;
             let queued_seq = ctx.append(&session_id, Some(&turn_id), |_| EventBody::TurnQueued {})?;
@@ -292,7 +292,8 @@ impl Journal {
         .await
     }
 
-    /// Earlier messages of a session, for an agent's context: the last `limit` before `before_message`.
+    /// Earlier messages of a session in conversation order, for an agent's context: the last
+    /// `limit` before `before_message`.
     pub async fn agent_history(
         &self,
         session_id: &str,
@@ -305,8 +306,8 @@ impl Journal {
             let mut msgs: Vec<Message> = conn
                 .prepare_cached(&format!(
                     "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1
-                     AND seq < (SELECT seq FROM messages WHERE message_id = ?2)
-                     ORDER BY seq DESC LIMIT ?3"
+                     AND position < (SELECT position FROM messages WHERE message_id = ?2)
+                     ORDER BY position DESC LIMIT ?3"
                 ))?
                 .query_map(params![session_id, before, limit as i64], |r| {
                     message_from_row(r, epoch)
@@ -359,6 +360,23 @@ impl Journal {
         self.submit_single_statement(move |ctx| ctx.append(&session_id, Some(&turn_id), |_| body))
     }
 
+    /// Queues the token usage an agent reported for a turn (kept on the turns projection, shown
+    /// by `GET /api/turns`; not an event: no client renders it live).
+    pub(crate) fn submit_turn_usage(
+        &self,
+        turn_id: &str,
+        usage: Usage,
+    ) -> tokio::sync::oneshot::Receiver<Result<i64>> {
+        let turn_id = turn_id.to_string();
+        self.submit_single_statement(move |ctx| {
+            let json = serde_json::to_string(&usage)?;
+            ctx.conn
+                .prepare_cached("UPDATE turns SET usage = ?2 WHERE turn_id = ?1")?
+                .execute(params![turn_id, json])?;
+            Ok(0)
+        })
+    }
+
     /// Ends a turn, if it is in one of `from`: in one transaction, the terminal state, the
     /// assistant message (with the text so far) and the one `turn_ended` event. Returns the
     /// message, or `None` if the turn had already left `from` (someone else ended it).
@@ -401,6 +419,11 @@ impl Journal {
                 .as_ref()
                 .map(|m| m.content.clone())
                 .unwrap_or(progress.text);
+            let usage: Option<String> = conn
+                .prepare_cached("SELECT usage FROM turns WHERE turn_id = ?1")?
+                .query_row([&turn_id], |r| r.get(0))?;
+            // Written by this server from the same type; an unreadable value is left out.
+            let usage = usage.and_then(|u| serde_json::from_str::<Usage>(&u).ok());
             Ok(Some(TurnInfo {
                 turn_id: turn.turn_id,
                 session_id: turn.session_id,
@@ -413,12 +436,14 @@ impl Journal {
                 tools: progress.tools,
                 message,
                 error: turn.error,
+                usage,
             }))
         })
         .await
     }
 
-    /// A page of history (oldest first) and the journal position of exactly this snapshot.
+    /// A page of history in conversation order (each turn's reply right after the message that
+    /// started it; see the `position` column) and the journal position of exactly this snapshot.
     pub async fn history(
         &self,
         session_id: &str,
@@ -428,10 +453,10 @@ impl Journal {
         let session_id = session_id.to_string();
         let before = before.map(str::to_string);
         self.read(move |conn, epoch| {
-            let before_seq: i64 = match &before {
+            let before_position: i64 = match &before {
                 Some(id) => conn
                     .prepare_cached(
-                        "SELECT seq FROM messages WHERE message_id = ?1 AND session_id = ?2",
+                        "SELECT position FROM messages WHERE message_id = ?1 AND session_id = ?2",
                     )?
                     .query_row([id, &session_id], |r| r.get(0))
                     .optional()?
@@ -440,12 +465,13 @@ impl Journal {
             };
             let mut messages: Vec<Message> = conn
                 .prepare_cached(&format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND seq < ?2
-                     ORDER BY seq DESC LIMIT ?3"
+                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND position < ?2
+                     ORDER BY position DESC LIMIT ?3"
                 ))?
-                .query_map(params![session_id, before_seq, limit as i64 + 1], |r| {
-                    message_from_row(r, epoch)
-                })?
+                .query_map(
+                    params![session_id, before_position, limit as i64 + 1],
+                    |r| message_from_row(r, epoch),
+                )?
                 .collect::<rusqlite::Result<_>>()?;
             let has_more = messages.len() > limit;
             messages.truncate(limit);
@@ -562,8 +588,9 @@ fn end_turn_in(
     }
     ctx.conn
         .prepare_cached(
-            "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq)
-             VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position)
+             VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7,
+                     COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * ?7 + 1))",
         )?
         .execute(params![
             message_id,
@@ -572,7 +599,8 @@ fn end_turn_in(
             MessageStatus::for_terminal(state).as_str(),
             turn_id,
             now,
-            seq
+            seq,
+            turn.user_message_id
         ])?;
     Ok(message)
 }

@@ -2,6 +2,8 @@
 //! and SSE client that speaks to it as a browser would.
 #![allow(dead_code)]
 
+pub mod upstream;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
