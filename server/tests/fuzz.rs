@@ -40,6 +40,7 @@ const CODES: &[&str] = &[
     "missing_session",
     "too_many_sessions",
     "turn_not_found",
+    "message_not_found",
     "rate_limited",
     "too_many_streams",
 ];
