@@ -17,6 +17,14 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let Command::Serve(config) = cli.command;
+    // Every connection is a descriptor: take all the system allows before accepting any.
+    turnstream_server::edge::nofile::raise_and_log();
+    if let Some(warning) = turnstream_server::edge::open_access::warning(
+        config.listen,
+        turnstream_server::edge::open_access::auth_configured(&config),
+    ) {
+        tracing::warn!("{warning}");
+    }
     let listener = turnstream_server::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
