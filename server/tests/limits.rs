@@ -132,6 +132,13 @@ fn defaults_are_the_documented_ones() {
 #[tokio::test]
 async fn headers_must_arrive_within_the_header_deadline() -> TestResult {
     let s = TestServer::start(&["--header-timeout-secs", "1"])?;
+    // A connection that sends nothing at all.
+    let mut silent = TcpStream::connect(addr(&s)).await?;
+    let took = closed_within(&mut silent).await?;
+    assert!(
+        took >= Duration::from_millis(900),
+        "closed after {took:?}, before the deadline"
+    );
     // Half a request head, then nothing: closed after about the deadline.
     let mut tcp = TcpStream::connect(addr(&s)).await?;
     tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
@@ -518,6 +525,7 @@ async fn an_open_server_without_auth_warns_at_start() -> TestResult {
 /// send their headers and then stall mid-body would hold every descriptor for as long as they
 /// stay. The body deadline ends them, so a normal client is answered. The cap on connections
 /// per address is set above 1,100 here so that it is the body deadline that is tested.
+#[cfg(unix)]
 #[tokio::test]
 async fn stalled_bodies_do_not_starve_a_normal_client() -> TestResult {
     const STALLED: usize = 1100;
