@@ -68,8 +68,19 @@ pub async fn serve(listen: SocketAddr, capacity: usize) -> Result<()> {
     // The same deep backlog turnstream uses, so a reconnect burst is compared fairly.
     let listener = turnstream_server::bind(listen)?;
     println!("ring listening on http://{}", listener.local_addr()?);
-    turnstream_server::serve::serve(listener, app, tokio_util::sync::CancellationToken::new())
-        .await;
+    // The same accept loop too, with no cap on connections per address (every bench client is
+    // on loopback).
+    let limits = turnstream_server::edge::ConnLimits {
+        max_connections_per_ip: 0,
+        ..Default::default()
+    };
+    turnstream_server::serve::serve(
+        listener,
+        app,
+        limits,
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await;
     Ok(())
 }
 

@@ -81,13 +81,15 @@ impl System {
             .args(["--listen", "127.0.0.1:0", "--db"])
             .arg(dir.path().join("ts.db"))
             .args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
-            // Every bench client is one loopback address: per-client limits off.
+            // Every bench client is on loopback: thousands of connections from one address, so
+            // the per-address and per-client limits are off.
             .args([
+                "--max-connections-per-ip",
+                "0",
                 "--messages-per-minute",
                 "0",
-                "--max-streams-per-client",
-                "0",
             ])
+            .args(["--max-streams-per-client", "0"])
             .args(extra)
             .env("RUST_LOG", "warn");
         let proc = procs::spawn("turnstream", cmd, &log_path("turnstream")?, "http://", None)?;

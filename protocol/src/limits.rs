@@ -18,13 +18,17 @@ pub const MAX_SESSIONS_PER_STREAM: usize = 32;
 /// Most turns a session may have queued or running at once.
 pub const MAX_ACTIVE_TURNS_PER_SESSION: usize = 64;
 
-/// Whether `id` is a valid session, turn, message or client message id: `[A-Za-z0-9_.:-]{1,128}`.
+/// Whether `id` is a valid session, turn, message or client message id: `[A-Za-z0-9_.:-]{1,128}`,
+/// not made only of dots. Ids travel in URL paths, where `.` and `..` are path segments that
+/// normalising clients and proxies rewrite (`/sessions/../history` becomes `/history`), so such an
+/// id would name a different resource on the way to the server.
 pub fn is_valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= MAX_ID_LEN
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+        && !id.bytes().all(|b| b == b'.')
 }
 
 #[cfg(test)]
@@ -41,5 +45,10 @@ mod tests {
         assert!(!is_valid_id("a b"));
         assert!(!is_valid_id("a/b"));
         assert!(!is_valid_id("é"));
+        assert!(!is_valid_id("."));
+        assert!(!is_valid_id(".."));
+        assert!(!is_valid_id("..."));
+        assert!(is_valid_id(".a."));
+        assert!(is_valid_id("a..b"));
     }
 }

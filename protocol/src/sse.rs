@@ -4,7 +4,18 @@
 /// Encodes one frame. `id: None` writes no `id:` line at all, so the browser's `lastEventId` stays
 /// where it was (an empty `id:` would reset it).
 pub fn encode(id: Option<&str>, event: &str, data: &str) -> String {
-    let mut out = String::with_capacity(data.len() + event.len() + 32);
+    // Exactly the length written, so the frame is one allocation of its own size: the server
+    // keeps recent frames in memory, and a buffer grown by doubling would cost it up to twice.
+    let lines = 1 + data.bytes().filter(|&b| b == b'\n').count();
+    // Each line of `data` loses its `\n` separator and gains `data: ` and a `\n`; a blank line
+    // ends the frame.
+    let len = id.map_or(0, |id| "id: \n".len() + id.len())
+        + "event: \n".len()
+        + event.len()
+        + (data.len() - (lines - 1))
+        + lines * "data: \n".len()
+        + 1;
+    let mut out = String::with_capacity(len);
     if let Some(id) = id {
         out.push_str("id: ");
         out.push_str(id);
@@ -124,6 +135,19 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoding_allocates_exactly_its_length() {
+        for (id, event, data) in [
+            (Some("e-1"), "response_delta", r#"{"delta":"x"}"#),
+            (None, "snapshot", ""),
+            (Some(""), "a", "line1\nline2\n\nline4"),
+            (None, "b", "\n"),
+        ] {
+            let out = encode(id, event, data);
+            assert_eq!(out.capacity(), out.len(), "{out:?}");
+        }
+    }
 
     #[test]
     fn encodes_and_decodes() {

@@ -207,6 +207,22 @@ pub struct Config {
         action = clap::ArgAction::Set
     )]
     pub openai_include_usage: bool,
+    /// Seconds a client has to send a request's headers (also between requests on a kept-alive
+    /// connection); then the connection is closed.
+    #[arg(long, env = "TURNSTREAM_HEADER_TIMEOUT_SECS", default_value_t = 10)]
+    pub header_timeout_secs: u64,
+    /// Seconds a client has to send a request's whole body once its headers arrived; then it gets
+    /// 408 and the connection is closed. Responses (streams) are never timed.
+    #[arg(long, env = "TURNSTREAM_BODY_TIMEOUT_SECS", default_value_t = 30)]
+    pub body_timeout_secs: u64,
+    /// Connections open at once from one IP address; more get 429 and are closed. 0 is no cap.
+    /// Behind a reverse proxy every connection comes from the proxy's address: raise it or use 0.
+    #[arg(
+        long,
+        env = "TURNSTREAM_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 1000
+    )]
+    pub max_connections_per_ip: usize,
 }
 
 /// Reads `--openai-system-prompt-file` at startup, so a missing file stops the server with a
@@ -259,6 +275,15 @@ impl Config {
             idle_timeout: Duration::from_secs(self.openai_idle_timeout_secs.max(1)),
             max_retries: self.openai_max_retries,
             ..Default::default()
+        }
+    }
+
+    /// The accept loop's limits (a timeout of 0 means 1 s: no request can arrive in no time).
+    pub fn conn_limits(&self) -> crate::edge::ConnLimits {
+        crate::edge::ConnLimits {
+            header_timeout: Duration::from_secs(self.header_timeout_secs.max(1)),
+            body_timeout: Duration::from_secs(self.body_timeout_secs.max(1)),
+            max_connections_per_ip: self.max_connections_per_ip,
         }
     }
 

@@ -9,10 +9,13 @@
 //! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
 //! - [`gateway`]: the HTTP routes and the SSE stream.
 //! - [`config`]: command-line and environment configuration.
+//! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
+//!   request headers and bodies, connections per address, JSON for hyper's own answers).
 
 pub mod agent;
 pub mod auth;
 pub mod config;
+pub mod edge;
 pub mod error;
 pub mod gateway;
 pub mod hub;
@@ -131,7 +134,12 @@ pub async fn run(
     ));
 
     let stop_accepting = CancellationToken::new();
-    let server = tokio::spawn(serve::serve(listener, app, stop_accepting.clone()));
+    let server = tokio::spawn(serve::serve(
+        listener,
+        app,
+        config.conn_limits(),
+        stop_accepting.clone(),
+    ));
 
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");

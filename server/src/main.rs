@@ -21,6 +21,14 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(config) => *config,
         Command::Token(args) => return print_token(args),
     };
+    // Every connection is a descriptor: take all the system allows before accepting any.
+    turnstream_server::edge::nofile::raise_and_log();
+    if let Some(warning) = turnstream_server::edge::open_access::warning(
+        config.listen,
+        turnstream_server::edge::open_access::auth_configured(&config),
+    ) {
+        tracing::warn!("{warning}");
+    }
     let listener = turnstream_server::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;

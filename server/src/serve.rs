@@ -5,8 +5,9 @@
 //! An SSE stream holds its connection for hours, so what a connection keeps is what an idle
 //! stream costs: here a connection holds one clone of the router (reference counts), hyper's
 //! HTTP/1 buffers and the stream body, nothing else. Sockets get `TCP_NODELAY` (a stream's frames
-//! are small writes that must not wait for the previous one's ACK) and request headers must
-//! arrive within [`HEADER_READ_TIMEOUT`].
+//! are small writes that must not wait for the previous one's ACK). The limits of
+//! [`crate::edge`] apply here: request headers and bodies have deadlines, each peer address has a
+//! cap on open connections, and hyper's own parse-error answers carry the JSON error shape.
 
 use std::time::Duration;
 
@@ -18,19 +19,29 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-/// Time a client has to send a request's headers (slow-header clients are cut off after it).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+use crate::edge::body_deadline::BodyDeadline;
+use crate::edge::parse_errors::{ParseErrorJson, MAX_REQUEST_HEAD_BYTES};
+use crate::edge::peer_limit::{self, PeerLimit};
+use crate::edge::ConnLimits;
 
 /// Serves `app` on `listener` until `stop` is cancelled; then stops accepting, asks every open
 /// connection to close once its current response is done, and returns when all have closed.
-pub async fn serve(listener: TcpListener, app: axum::Router, stop: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: ConnLimits,
+    stop: CancellationToken,
+) {
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(limits.header_timeout)
+        .max_header_size(MAX_REQUEST_HEAD_BYTES);
+    let peers = PeerLimit::new(limits.max_connections_per_ip);
+    let service = BodyDeadline::new(app, limits.body_timeout);
     loop {
-        let tcp = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) if is_connection_error(&e) => continue,
@@ -45,25 +56,36 @@ pub async fn serve(listener: TcpListener, app: axum::Router, stop: CancellationT
             },
             _ = stop.cancelled() => break,
         };
-        let (tcp, peer) = tcp;
+        let slot = match peers.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(()) => {
+                tracing::debug!(peer = %peer.ip(), "connection refused: too many from this address");
+                tokio::spawn(peer_limit::refuse(tcp, limits.max_connections_per_ip));
+                continue;
+            }
+        };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
+        let io = TokioIo::new(ParseErrorJson::new(tcp));
         // Handlers learn the peer's address (per-client limits without auth) as axum's
         // `ConnectInfo`, set on each request without rebuilding the router per connection.
-        let svc = app.clone().map_request(
-            move |mut req: axum::extract::Request<hyper::body::Incoming>| {
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                req
-            },
-        );
-        let conn = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(svc));
+        let svc =
+            service
+                .clone()
+                .map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut()
+                        .insert(axum::extract::ConnectInfo(peer));
+                    req
+                });
+        let conn = builder.serve_connection(io, TowerToHyperService::new(svc));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::trace!(error = %e, "connection ended with an error");
             }
+            // The peer's place is free once its connection is.
+            drop(slot);
         });
     }
     drop(listener);

@@ -6,6 +6,7 @@ mod error;
 mod origin;
 mod quota;
 mod stream;
+mod www;
 
 pub use access::ACCESS_TOKEN_PARAM;
 pub use error::AppError;
@@ -91,9 +92,10 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BODY_BYTES))
         .with_state(state);
     app = match www {
-        Some(dir) => app.fallback_service(
-            tower_http::services::ServeDir::new(dir).append_index_html_on_directories(true),
-        ),
+        Some(dir) => {
+            let www = www::Www::new(dir);
+            app.fallback(move |req: axum::extract::Request| www.clone().serve(req))
+        }
         None => app.fallback(not_found),
     };
     if let Some(cors) = cors_layer(cors_origins) {
@@ -150,7 +152,7 @@ fn id_param(
     if !is_valid_id(&id) {
         return Err(AppError::bad_request(
             code,
-            format!("{what} ids are 1 to 128 characters of [A-Za-z0-9_.:-]"),
+            format!("{what} ids are 1 to 128 characters of [A-Za-z0-9_.:-], not only dots"),
         ));
     }
     Ok(id)

@@ -129,11 +129,11 @@ impl WriteCtx<'_> {
             .execute(rusqlite::params![seq, session_id, turn_id, kind, self.now, data])?;
         *self.next_seq += 1;
         let json = event_json(&cursor, session_id, self.now, turn_id, &data);
-        self.frames.push(Arc::new(Frame {
+        self.frames.push(Arc::new(Frame::new(
             seq,
-            session_id: session_id.to_string(),
-            bytes: sse::encode(Some(&cursor), kind, &json).into(),
-        }));
+            session_id,
+            sse::encode(Some(&cursor), kind, &json),
+        )));
         Ok(seq)
     }
 

@@ -46,11 +46,18 @@ pub(crate) fn head(conn: &Connection) -> Result<i64> {
         .unwrap_or(0))
 }
 
+/// Characters of `[0-9a-z]` after the prefix of a server-made id: 20 of them carry about 103
+/// random bits, so knowing one id (a turn id is handed to every reader of a session) never lets
+/// anyone guess another session's ids.
+pub(crate) const ID_RANDOM_CHARS: usize = 20;
+
+/// A new turn or message id, `{prefix}_` + [`ID_RANDOM_CHARS`] characters of `[0-9a-z]` from the
+/// thread-local CSPRNG (ChaCha, seeded from the OS).
 fn new_id(prefix: &str) -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut rng = rand::rng();
-    let tail: String = (0..16)
+    let tail: String = (0..ID_RANDOM_CHARS)
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect();
     format!("{prefix}_{tail}")
