@@ -95,6 +95,10 @@ pub struct Conversation {
     /// snapshot or a status check says they are still running (the stream then carries their
     /// end), an end learned from history or a status check marks them `recovered`.
     left_open: Keys,
+    /// Older messages exist before `oldest` (history's `has_more`).
+    has_more: bool,
+    /// The oldest message of the history pages read, where an older page starts (`before`).
+    oldest: Option<String>,
     /// Bumped on every change, so a caller can tell "same view" cheaply.
     revision: u64,
     send_counter: u64,
@@ -114,6 +118,8 @@ impl Conversation {
             to_check: Keys::new(),
             checking: Keys::new(),
             left_open: Keys::new(),
+            has_more: false,
+            oldest: None,
             revision: 0,
             send_counter: 0,
         }
@@ -190,7 +196,42 @@ impl Conversation {
         for m in &h.messages {
             changed |= self.absorb_message(m, None);
         }
+        // The first page read says where paging back starts; later reloads of the newest page
+        // (a resync, a conflict) do not move it back to the newest.
+        if self.oldest.is_none() && self.has_more != h.has_more {
+            self.has_more = h.has_more;
+            changed = true;
+        }
+        if self.oldest.is_none() {
+            self.oldest = h.messages.first().map(|m| m.message_id.clone());
+        }
         self.touch(changed)
+    }
+
+    /// A page of history older than what we have (`GET /history?before=`); returns how many
+    /// entries it added. Messages already shown are merged, never repeated.
+    pub fn apply_older(&mut self, h: &HistoryResponse) -> usize {
+        if h.session_id != self.session_id {
+            return 0;
+        }
+        let before = self.users.len() + self.turns.len();
+        let mut changed = false;
+        for m in &h.messages {
+            changed |= self.absorb_message(m, None);
+        }
+        if let Some(first) = h.messages.first() {
+            self.oldest = Some(first.message_id.clone());
+        }
+        let has_more = h.has_more && !h.messages.is_empty();
+        changed |= self.has_more != has_more;
+        self.has_more = has_more;
+        self.touch(changed);
+        self.users.len() + self.turns.len() - before
+    }
+
+    /// Where the next older page starts (`before`), while older messages exist.
+    pub fn older_than(&self) -> Option<&str> {
+        self.oldest.as_deref().filter(|_| self.has_more)
     }
 
     /// The active turns at the snapshot's cursor (first frame of a stream opened with snapshot=1).
@@ -608,6 +649,7 @@ impl Conversation {
             connection: self.connection,
             busy: self.turns.values().any(|a| !a.is_final()),
             gap: self.gap,
+            has_more: self.has_more,
             messages: placed
                 .iter()
                 .map(|p| match p.entry {
@@ -669,6 +711,8 @@ impl Conversation {
                 self.checking.clear();
                 self.left_open.clear();
                 self.high_water = None;
+                self.oldest = None;
+                self.has_more = false;
                 if had {
                     self.gap = true;
                 }

@@ -141,6 +141,8 @@ pub struct View {
     pub busy: bool,
     /// The SDK knows something could not be recovered (a history resync, or a turn the server lost).
     pub gap: bool,
+    /// Older messages exist on the server (`loadOlder` pages them in).
+    pub has_more: bool,
     pub messages: Vec<EntryView>,
 }
 
