@@ -142,7 +142,9 @@ function renderState(state) {
 }
 
 await init();
-const chat = await ChatClient.connect({ baseUrl: location.origin, sessionId, storage: "indexeddb" });
+// `?storage=memory` keeps nothing in IndexedDB (the tab-sharing tests use both).
+const storage = params.get("storage") === "memory" ? "memory" : "indexeddb";
+const chat = await ChatClient.connect({ baseUrl: location.origin, sessionId, storage });
 window.chat = chat; // for the end-to-end suite and for poking at it in the console
 // Render at most once per frame: a backlog of events (a refresh mid-turn, a reconnect) then
 // costs one layout, not one per event.

@@ -63,16 +63,6 @@ impl Endpoint {
         url
     }
 
-    pub(crate) fn stream_url(&self, cursor: &str) -> String {
-        self.url(&[
-            "/api/stream?session=",
-            &enc(&self.session_id),
-            "&cursor=",
-            &enc(cursor),
-            "&snapshot=1",
-        ])
-    }
-
     /// `GET /history`: the latest page and the journal cursor it was read at.
     pub(crate) async fn history(&self, limit: u32) -> Result<(HistoryResponse, String), HttpError> {
         let mut limit_s = String::new();

@@ -9,7 +9,10 @@ mod channel;
 mod client;
 mod env;
 mod http;
+mod hub;
 mod json;
+mod leader;
+mod relay;
 mod storage;
 mod stream;
 

@@ -1,15 +1,14 @@
-//! The connection loop: history, then the stream from its cursor (reopened from the last event
-//! seen when the browser gives up, history reloaded on a resync), network events and turn-status
-//! checks.
+//! The connection loop: history, then the session's stream from its cursor through the tab's hub
+//! (history reloaded on a resync), network events and turn-status checks.
 
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 
 use wasm_bindgen_futures::spawn_local;
-use web_sys::console;
 
 use super::{warn, Client};
 use crate::browser::env::{self, GlobalListener};
-use crate::browser::stream::{Signal, Stream};
+use crate::browser::hub::Membership;
+use crate::browser::stream::Signal;
 use crate::codec;
 use crate::reducer::Connection;
 use crate::retry::backoff_ms;
@@ -25,7 +24,6 @@ pub(super) enum Exit {
 #[derive(Clone, Copy)]
 pub(super) enum LoopSignal {
     Resync,
-    Failed,
 }
 
 impl Client {
@@ -76,57 +74,22 @@ impl Client {
         }
     }
 
-    /// Keeps a stream open from `cursor` (reopening it from the last event seen when the
-    /// browser gives up) until the server asks for a resync or the client closes.
-    pub(super) async fn stream_from(self: &Rc<Self>, cursor: String) -> Exit {
-        *self.last_event_id.borrow_mut() = None;
-        self.stream_attempt.set(0);
+    /// Follows the session from `cursor` through the tab's hub (which streams, or hears the
+    /// tab that does) until the server asks for a resync or the client closes.
+    async fn stream_from(self: &Rc<Self>, cursor: String) -> Exit {
         self.delivered.set(false);
+        self.signal.set(None);
+        if let Some(m) = self.membership.borrow().as_ref() {
+            m.set_position(Some(cursor));
+        }
         loop {
             if self.closed.get() {
                 return Exit::Closed;
             }
-            let from = self
-                .last_event_id
-                .borrow()
-                .clone()
-                .unwrap_or_else(|| cursor.clone());
-            let weak: Weak<Client> = Rc::downgrade(self);
-            let handler: Rc<dyn Fn(Signal)> = Rc::new(move |s| {
-                if let Some(me) = weak.upgrade() {
-                    me.on_stream(s);
-                }
-            });
-            self.signal.set(None);
-            match Stream::open(&self.endpoint.stream_url(&from), handler) {
-                Ok(s) => *self.stream.borrow_mut() = Some(s),
-                Err(e) => {
-                    console::error_2(&"turnstream: cannot open the stream".into(), &e);
-                    self.signal.set(Some(LoopSignal::Failed));
-                }
+            if let Some(LoopSignal::Resync) = self.signal.take() {
+                return Exit::Resync;
             }
-            let signal = loop {
-                if self.closed.get() {
-                    return Exit::Closed;
-                }
-                if let Some(s) = self.signal.take() {
-                    break s;
-                }
-                self.signal_waker.sleep(60_000).await;
-            };
-            // Dropping the stream closes it and detaches its listeners.
-            self.stream.borrow_mut().take();
-            match signal {
-                LoopSignal::Resync => return Exit::Resync,
-                LoopSignal::Failed => {
-                    self.set_connection(self.unreachable());
-                    let attempt = self.stream_attempt.get();
-                    self.stream_attempt.set(attempt.saturating_add(1));
-                    self.net_waker
-                        .sleep(backoff_ms(attempt, env::random()))
-                        .await;
-                }
-            }
+            self.signal_waker.sleep(60_000).await;
         }
     }
 
@@ -137,8 +100,11 @@ impl Client {
         match signal {
             Signal::Open => {
                 self.ever_live.set(true);
-                self.stream_attempt.set(0);
-                self.set_connection(Connection::Live);
+                self.set_connection(if env::online() {
+                    Connection::Live
+                } else {
+                    Connection::Offline
+                });
                 // The server is reachable again: whatever waits for it should try now.
                 self.net_waker.wake_all();
                 self.kick_outbox();
@@ -149,9 +115,8 @@ impl Client {
                 self.update(|c| c.apply_snapshot(&s));
                 self.check_turns();
             }
-            Signal::Event(e, last) => {
+            Signal::Event(e, _) => {
                 self.delivered.set(true);
-                *self.last_event_id.borrow_mut() = Some(last);
                 self.update(|c| c.apply_event(&e));
             }
             Signal::Resync(r) => {
@@ -163,10 +128,6 @@ impl Client {
                 self.signal_waker.wake_all();
             }
             Signal::Retrying => self.set_connection(self.unreachable()),
-            Signal::Failed => {
-                self.signal.set(Some(LoopSignal::Failed));
-                self.signal_waker.wake_all();
-            }
             Signal::Garbled(kind) => warn("ignored a frame that did not parse", kind),
         }
     }
@@ -188,8 +149,12 @@ impl Client {
         let weak = Rc::downgrade(self);
         let online = GlobalListener::new("online", move |_| {
             if let Some(me) = weak.upgrade() {
-                let open = me.stream.borrow().as_ref().is_some_and(Stream::is_open);
-                me.set_connection(if open {
+                let live = me
+                    .membership
+                    .borrow()
+                    .as_ref()
+                    .is_some_and(Membership::is_live);
+                me.set_connection(if live {
                     Connection::Live
                 } else {
                     me.unreachable()
@@ -202,13 +167,8 @@ impl Client {
         let weak = Rc::downgrade(self);
         let offline = GlobalListener::new("offline", move |_| {
             if let Some(me) = weak.upgrade() {
+                // (The hub closes the stream, and resumes it when the network is back.)
                 me.set_connection(Connection::Offline);
-                // A browser that lost its network can keep a dead socket "open" for minutes:
-                // close the stream now, and resume from the last event seen when it is back.
-                if me.stream.borrow().is_some() {
-                    me.signal.set(Some(LoopSignal::Failed));
-                    me.signal_waker.wake_all();
-                }
             }
         });
         self.globals.borrow_mut().extend([online, offline]);

@@ -17,8 +17,9 @@ use web_sys::console;
 use super::channel::Channel;
 use super::env::{self, GlobalListener, Waker};
 use super::http::Endpoint;
+use super::hub::Membership;
 use super::storage::Storage;
-use super::stream::Stream;
+use super::stream::Signal;
 use crate::codec;
 use crate::reducer::keyed::Keys;
 use crate::reducer::{Connection, Conversation};
@@ -44,7 +45,8 @@ pub(crate) struct Client {
     conv: RefCell<Conversation>,
     storage: Storage,
     channel: RefCell<Option<Channel>>,
-    stream: RefCell<Option<Stream>>,
+    /// This session's place in the tab's stream hub.
+    membership: RefCell<Option<Membership>>,
     globals: RefCell<Vec<GlobalListener>>,
     subscribers: RefCell<Vec<(u32, Function)>>,
     next_subscriber: Cell<u32>,
@@ -63,9 +65,6 @@ pub(crate) struct Client {
     own: RefCell<Keys>,
     outbox_running: Cell<bool>,
     outbox_again: Cell<bool>,
-    /// The browser's resume position on the current stream.
-    last_event_id: RefCell<Option<String>>,
-    stream_attempt: Cell<u32>,
     ever_live: Cell<bool>,
     /// The current stream delivered a snapshot or an event (it is not a resync loop).
     delivered: Cell<bool>,
@@ -95,7 +94,7 @@ impl Client {
             conv: RefCell::new(Conversation::new(opts.session_id)),
             storage,
             channel: RefCell::new(None),
-            stream: RefCell::new(None),
+            membership: RefCell::new(None),
             globals: RefCell::new(Vec::new()),
             subscribers: RefCell::new(Vec::new()),
             next_subscriber: Cell::new(0),
@@ -110,8 +109,6 @@ impl Client {
             own: RefCell::new(Keys::new()),
             outbox_running: Cell::new(false),
             outbox_again: Cell::new(false),
-            last_event_id: RefCell::new(None),
-            stream_attempt: Cell::new(0),
             ever_live: Cell::new(false),
             delivered: Cell::new(false),
         });
@@ -134,7 +131,19 @@ impl Client {
             client.update(|c| c.set_connection(Connection::Offline));
         }
         client.open_channel();
+        let weak = Rc::downgrade(&client);
+        let on: Rc<dyn Fn(Signal)> = Rc::new(move |s| {
+            if let Some(me) = weak.upgrade() {
+                me.on_stream(s);
+            }
+        });
+        *client.membership.borrow_mut() = Some(Membership::join(
+            &client.endpoint.base_url,
+            &client.endpoint.session_id,
+            on,
+        ));
         client.listen_to_network();
+        client.save_on_leave();
         spawn_local(client.clone().run());
         client.check_turns();
         client.kick_outbox();
@@ -191,7 +200,7 @@ impl Client {
         }
         self.update(|c| c.set_connection(Connection::Closed));
         self.closed.set(true);
-        self.stream.borrow_mut().take();
+        self.membership.borrow_mut().take();
         self.channel.borrow_mut().take();
         self.globals.borrow_mut().clear();
         self.signal_waker.wake_all();
