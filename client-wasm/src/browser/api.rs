@@ -93,12 +93,19 @@ export interface ChatState {
   readonly busy: boolean;
   /** Something could not be recovered (a history resync, or a turn the server lost). */
   readonly gap: boolean;
+  /** Older messages exist on the server: `loadOlder()` pages them in. */
+  readonly hasMore: boolean;
   /** In journal order; messages not yet accepted by the server last, in send order. */
   readonly messages: readonly ChatEntry[];
 }
 
 export interface SendResult {
   readonly clientMessageId: string;
+}
+
+export interface LoadOlderResult {
+  /** Entries the page added to `messages` (0 once nothing older exists). */
+  readonly added: number;
 }
 
 export interface CancelResult {
@@ -213,6 +220,28 @@ impl ChatClient {
             let id = inner.send(content).await;
             let out = js_sys::Object::new();
             js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
+            Ok(out.into())
+        })
+    }
+
+    /// Loads the page of history before the oldest message read (`historyLimit` messages) and
+    /// merges it; `state.hasMore` says whether there is more. Entries keep their keys.
+    #[wasm_bindgen(
+        js_name = "loadOlder",
+        unchecked_return_type = "Promise<LoadOlderResult>"
+    )]
+    pub fn load_older(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if inner.is_closed() {
+                return Err(js_error("turnstream: the client is closed"));
+            }
+            let added = inner
+                .load_older()
+                .await
+                .map_err(|e| js_error(&["turnstream: loadOlder failed: ", &e].concat()))?;
+            let out = js_sys::Object::new();
+            js_sys::Reflect::set(&out, &"added".into(), &added.into())?;
             Ok(out.into())
         })
     }

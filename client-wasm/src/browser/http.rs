@@ -63,15 +63,22 @@ impl Endpoint {
         url
     }
 
-    /// `GET /history`: the latest page and the journal cursor it was read at.
-    pub(crate) async fn history(&self, limit: u32) -> Result<(HistoryResponse, String), HttpError> {
+    /// `GET /history`: the latest page (or the page before the message `before`) and the
+    /// journal cursor it was read at.
+    pub(crate) async fn history(
+        &self,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<(HistoryResponse, String), HttpError> {
         let mut limit_s = String::new();
         codec::write_int(&mut limit_s, i64::from(limit));
+        let before = before.map(|b| ["&before=", &enc(b)].concat());
         let url = self.url(&[
             "/api/sessions/",
             &enc(&self.session_id),
             "/history?limit=",
             &limit_s,
+            before.as_deref().unwrap_or_default(),
         ]);
         let resp = fetch("GET", &url, None).await?;
         let header = resp.headers().get(CURSOR_HEADER).ok().flatten();

@@ -41,7 +41,7 @@ impl Client {
                     .sleep(backoff_ms(barren_resyncs - 2, env::random()))
                     .await;
             }
-            let cursor = match self.endpoint.history(self.history_limit).await {
+            let cursor = match self.endpoint.history(self.history_limit, None).await {
                 Ok((history, cursor)) => {
                     attempt = 0;
                     self.update(|c| c.apply_history(&history));

@@ -2,6 +2,7 @@
 //! it, one job per file:
 //! - `connection`: history, then the stream (reconnect, resync), network events, turn checks;
 //! - `outbox`: posting what the user sent, with retries;
+//! - `older`: paging back through history;
 //! - `cache`: writing the view to storage;
 //! - `siblings`: what this session's other tabs are told;
 //! - `render`: the state object handed to JS, and its subscribers.
@@ -28,6 +29,7 @@ use render::Rendered;
 
 mod cache;
 mod connection;
+mod older;
 mod outbox;
 mod render;
 mod siblings;

@@ -140,7 +140,7 @@ impl Client {
     /// 409: the server holds a message under this id. If history shows it (same message, say
     /// posted by a sibling), that settles it; otherwise the id is taken and ours cannot be sent.
     pub(super) async fn conflict(self: &Rc<Self>, client_message_id: &str, error: ErrorDetail) {
-        if let Ok((history, _)) = self.endpoint.history(self.history_limit).await {
+        if let Ok((history, _)) = self.endpoint.history(self.history_limit, None).await {
             self.update(|c| c.apply_history(&history));
         }
         if self.conv.borrow().is_sending(client_message_id) {

@@ -87,6 +87,7 @@ impl Client {
         set(&state, "connection", &view.connection.as_str().into());
         set(&state, "busy", &view.busy.into());
         set(&state, "gap", &view.gap.into());
+        set(&state, "hasMore", &view.has_more.into());
         set(&state, "messages", &messages);
         Object::freeze(&state);
         r.entries = entries;
