@@ -122,6 +122,7 @@ pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result
         RunnerConfig {
             coalesce: Duration::ZERO,
             max_concurrent_turns: sessions as usize,
+            max_turns_per_client: sessions as usize,
         },
     );
     runner
@@ -170,7 +171,7 @@ pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result
     let accepts = names.iter().enumerate().map(|(i, name)| {
         let journal = journal.clone();
         let msg = format!("{per_session} {} {pace_us}", i as u64 * per_session);
-        async move { journal.accept_message(name, &msg, None, 64).await }
+        async move { journal.accept_message(name, &msg, None, None, 64).await }
     });
     for r in futures::future::join_all(accepts).await {
         r.map_err(|e| anyhow!("accept_message: {e}"))?;

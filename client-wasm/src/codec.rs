@@ -185,6 +185,7 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
         turn_id: opt_string(v, "turn_id")?,
         created_at: int(v, "created_at")?,
         event_id: string(v, "event_id")?,
+        author: opt_string(v, "author")?,
     })
 }
 
@@ -545,6 +546,7 @@ fn write_message(out: &mut String, m: &Message) {
         .opt_str("turn_id", m.turn_id.as_deref())
         .int("created_at", m.created_at)
         .str("event_id", &m.event_id)
+        .opt_str("author", m.author.as_deref())
         .end();
 }
 

@@ -611,6 +611,7 @@ async fn a_cached_turn_the_server_lost_ends_interrupted_instead_of_spinning() {
                 turn_id: Some("ghost-turn".into()),
                 created_at: 1,
                 event_id: format!("{epoch}-1"),
+                author: None,
             },
         },
     ));

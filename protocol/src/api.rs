@@ -71,6 +71,10 @@ pub struct Message {
     pub created_at: i64,
     /// Cursor of the event that brought this message (`message_received` or `turn_ended`).
     pub event_id: String,
+    /// Who wrote a user message (contract v1.1): the `sub` of the token it was posted with, or
+    /// the author a service key named; `null` without auth and on assistant messages.
+    #[serde(default)]
+    pub author: Option<String>,
 }
 
 /// Body of `POST /api/sessions/{session}/messages`.
@@ -79,6 +83,9 @@ pub struct PostMessageRequest {
     pub content: String,
     #[serde(default)]
     pub client_message_id: Option<String>,
+    /// The user a service key posts for (contract v1.1); refused with a user's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
 }
 
 /// Answer of `POST /api/sessions/{session}/messages` (202 when created, 200 on an idempotent retry).

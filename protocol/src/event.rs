@@ -245,6 +245,16 @@ pub struct ResyncRequired {
 /// SSE event names of the control events.
 pub const SNAPSHOT_EVENT: &str = "snapshot";
 pub const RESYNC_EVENT: &str = "history_resync_required";
+/// Sent (without an `id:` line) when the token a stream was opened with expires; the stream then
+/// ends and the client reconnects with a fresh token from its last event id (contract v1.1).
+pub const TOKEN_EXPIRED_EVENT: &str = "token_expired";
+
+/// Body of `event: token_expired`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenExpired {
+    /// Always `"expired"`.
+    pub reason: String,
+}
 
 #[cfg(test)]
 mod tests {

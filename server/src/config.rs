@@ -20,7 +20,40 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API, the SSE stream and (with --www) the demo page.
-    Serve(Config),
+    Serve(Box<Config>),
+    /// Print a signed token (HS256) for a user and sessions: for scripts, tests and the docs.
+    Token(TokenArgs),
+}
+
+/// `turnstream token`: what to put in the token.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TokenArgs {
+    /// File holding the HS256 secret (the server's --auth-secret-file).
+    #[arg(long, env = "TURNSTREAM_AUTH_SECRET_FILE", conflicts_with = "secret")]
+    pub secret_file: Option<PathBuf>,
+    /// The HS256 secret itself (prefer --secret-file: a command line is visible to other users).
+    #[arg(long, env = "TURNSTREAM_AUTH_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// The user (`sub` claim).
+    #[arg(long)]
+    pub sub: String,
+    /// A session the token covers (repeatable); `PREFIX*` covers every session starting with PREFIX.
+    #[arg(long = "session", required = true)]
+    pub sessions: Vec<String>,
+    /// What the token allows (repeatable: read, write, cancel); all three when omitted.
+    #[arg(long = "scope", value_enum)]
+    pub scopes: Vec<TokenScope>,
+    /// How long the token is valid, e.g. 90s, 15m, 1h, 7d.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub ttl: Duration,
+}
+
+/// A scope named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TokenScope {
+    Read,
+    Write,
+    Cancel,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -97,11 +130,64 @@ pub struct Config {
     /// Most turns one session may have queued or running.
     #[arg(long, env = "TURNSTREAM_MAX_ACTIVE_TURNS", default_value_t = turnstream_protocol::limits::MAX_ACTIVE_TURNS_PER_SESSION)]
     pub max_active_turns: usize,
+    /// HS256 secret that signs the app's tokens; with it every /api/ route needs a token.
+    /// Repeatable: during a rotation both the old and the new secret are accepted.
+    #[arg(
+        long = "auth-secret",
+        env = "TURNSTREAM_AUTH_SECRET",
+        hide_env_values = true
+    )]
+    pub auth_secrets: Vec<String>,
+    /// File holding an HS256 secret (repeatable, like --auth-secret).
+    #[arg(long = "auth-secret-file", env = "TURNSTREAM_AUTH_SECRET_FILE")]
+    pub auth_secret_files: Vec<PathBuf>,
+    /// Ed25519 or RSA public key (PEM) that verifies EdDSA / RS256 tokens (repeatable).
+    #[arg(long = "auth-public-key", env = "TURNSTREAM_AUTH_PUBLIC_KEY")]
+    pub auth_public_keys: Vec<PathBuf>,
+    /// Key the app's backend sends as `Authorization: Bearer <key>`: every session, every scope
+    /// (repeatable; comma-separated in the environment).
+    #[arg(
+        long = "service-key",
+        env = "TURNSTREAM_SERVICE_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub service_keys: Vec<String>,
+    /// Messages one client (a token's user, or a peer IP without auth) may post per minute;
+    /// more are refused with 429 `rate_limited`. 0 turns the limit off. Service keys are exempt.
+    #[arg(long, env = "TURNSTREAM_MESSAGES_PER_MINUTE", default_value_t = 60)]
+    pub messages_per_minute: u32,
+    /// Streams one client (a token's user, or a peer IP without auth) may hold open; more are
+    /// refused with 429 `too_many_streams`. 0 turns the limit off. Service keys are exempt.
+    #[arg(long, env = "TURNSTREAM_MAX_STREAMS_PER_CLIENT", default_value_t = 64)]
+    pub max_streams_per_client: usize,
+    /// Turn slots (of --max-concurrent-turns) one client may hold at once; its further turns
+    /// wait while other clients' turns run. 0 means half of --max-concurrent-turns.
+    #[arg(long, env = "TURNSTREAM_MAX_TURNS_PER_CLIENT", default_value_t = 0)]
+    pub max_turns_per_client: usize,
 }
 
 impl Config {
     pub fn coalesce(&self) -> Duration {
         Duration::from_millis(self.coalesce_ms)
+    }
+
+    /// Turn slots one client may hold (see `--max-turns-per-client`).
+    pub fn turns_per_client(&self) -> usize {
+        let all = self.max_concurrent_turns.max(1);
+        match self.max_turns_per_client {
+            0 => (all / 2).max(1),
+            n => n.min(all),
+        }
+    }
+
+    /// The verifier of tokens and service keys this configuration names (reads key files).
+    pub fn authenticator(&self) -> Result<crate::auth::Authenticator, crate::auth::KeyError> {
+        let mut secrets = self.auth_secrets.clone();
+        for path in &self.auth_secret_files {
+            secrets.push(crate::auth::read_secret_file(path)?);
+        }
+        crate::auth::Authenticator::new(&secrets, &self.auth_public_keys, &self.service_keys)
     }
 
     pub fn heartbeat(&self) -> Duration {
@@ -113,7 +199,8 @@ impl Config {
         match Cli::try_parse_from(["turnstream", "serve"]) {
             Ok(Cli {
                 command: Command::Serve(c),
-            }) => c,
+            }) => *c,
+            Ok(_) => unreachable!("parsed `serve`"),
             Err(e) => panic!("default configuration does not parse: {e}"),
         }
     }

@@ -26,6 +26,8 @@ pub enum Error {
     ShuttingDown,
     #[error("resync required: {}", .0.as_str())]
     Resync(ResyncReason),
+    #[error("configuration: {0}")]
+    Config(String),
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
 }

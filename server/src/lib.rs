@@ -11,6 +11,7 @@
 //! - [`config`]: command-line and environment configuration.
 
 pub mod agent;
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod gateway;
@@ -19,6 +20,7 @@ pub mod journal;
 pub mod metrics;
 pub mod runner;
 pub mod serve;
+pub mod slots;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -81,6 +83,9 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let auth = config
+        .authenticator()
+        .map_err(|e| error::Error::Config(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::default());
     let journal = Journal::open(&config.db, metrics)?;
     journal
@@ -92,6 +97,7 @@ pub async fn run(
         RunnerConfig {
             coalesce: config.coalesce(),
             max_concurrent_turns: config.max_concurrent_turns,
+            max_turns_per_client: config.turns_per_client(),
         },
     );
     runner.start().await?;
@@ -102,7 +108,12 @@ pub async fn run(
             heartbeat: config.heartbeat(),
             max_streams: config.max_streams,
             max_active_turns: config.max_active_turns,
+            max_streams_per_client: config.max_streams_per_client,
         }),
+        auth: Arc::new(auth),
+        origins: Arc::new(gateway::OriginPolicy::new(&config.cors_origins)),
+        rate: Arc::new(gateway::RateLimiter::new(config.messages_per_minute)),
+        client_streams: Arc::new(gateway::StreamQuota::new(config.max_streams_per_client)),
     };
     let app = gateway::router(state, config.www.as_deref(), &config.cors_origins);
 

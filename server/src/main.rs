@@ -4,7 +4,8 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::Parser;
-use turnstream_server::config::{Cli, Command};
+use turnstream_server::auth::Scope;
+use turnstream_server::config::{Cli, Command, TokenArgs, TokenScope};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -16,7 +17,10 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let Command::Serve(config) = cli.command;
+    let config = match cli.command {
+        Command::Serve(config) => *config,
+        Command::Token(args) => return print_token(args),
+    };
     let listener = turnstream_server::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
@@ -29,6 +33,44 @@ async fn main() -> anyhow::Result<()> {
     turnstream_server::run(config, agent, listener, shutdown_signal())
         .await
         .context("server failed")?;
+    Ok(())
+}
+
+/// `turnstream token`: prints a signed token on stdout.
+fn print_token(args: TokenArgs) -> anyhow::Result<()> {
+    let secret = match (&args.secret_file, &args.secret) {
+        (Some(path), _) => turnstream_server::auth::read_secret_file(path)?,
+        (None, Some(s)) => s.clone(),
+        (None, None) => {
+            anyhow::bail!("give the HS256 secret with --secret-file PATH (or --secret)")
+        }
+    };
+    if secret.len() < turnstream_server::auth::MIN_SECRET_BYTES {
+        anyhow::bail!(turnstream_server::auth::KeyError::ShortSecret(secret.len()));
+    }
+    for s in &args.sessions {
+        if !turnstream_server::auth::is_session_pattern(s) {
+            anyhow::bail!("--session {s:?} is neither a session id nor a prefix ending in `*`");
+        }
+    }
+    let scopes: Vec<Scope> = args
+        .scopes
+        .iter()
+        .map(|s| match s {
+            TokenScope::Read => Scope::Read,
+            TokenScope::Write => Scope::Write,
+            TokenScope::Cancel => Scope::Cancel,
+        })
+        .collect();
+    let token = turnstream_server::auth::mint(
+        &secret,
+        &args.sub,
+        &args.sessions,
+        (!scopes.is_empty()).then_some(scopes.as_slice()),
+        args.ttl,
+        std::time::SystemTime::now(),
+    )?;
+    println!("{token}");
     Ok(())
 }
 

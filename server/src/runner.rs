@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -16,6 +16,7 @@ use crate::agent::{Agent, Emission, TurnContext, TurnSink};
 use crate::error::{Error, Result};
 use crate::journal::{floor_char_boundary, Journal, TurnRow};
 use crate::lock;
+use crate::slots::TurnSlots;
 
 /// Largest delta journaled as one event; longer agent output is split, never cut.
 const MAX_DELTA_BYTES: usize = 16 * 1024;
@@ -27,6 +28,8 @@ pub struct RunnerConfig {
     /// Window over which deltas are merged before journaling; zero journals each delta.
     pub coalesce: Duration,
     pub max_concurrent_turns: usize,
+    /// Slots of `max_concurrent_turns` one client may hold (see [`crate::slots`]).
+    pub max_turns_per_client: usize,
 }
 
 /// A running turn's controls.
@@ -41,7 +44,10 @@ pub struct Runner {
     journal: Journal,
     agent: Arc<dyn Agent>,
     config: RunnerConfig,
-    permits: Arc<Semaphore>,
+    slots: TurnSlots,
+    /// The client (user or peer address) that posted each turn not yet started, for fair slots.
+    /// Unknown after a restart: such a turn counts against its session.
+    clients: Mutex<HashMap<String, String>>,
     /// Sessions with a worker; the flag says "look for queued turns again".
     sessions: Mutex<HashMap<String, bool>>,
     running: Mutex<HashMap<String, Running>>,
@@ -57,7 +63,8 @@ impl Runner {
         Arc::new(Runner {
             journal,
             agent,
-            permits: Arc::new(Semaphore::new(config.max_concurrent_turns.max(1))),
+            slots: TurnSlots::new(config.max_concurrent_turns, config.max_turns_per_client),
+            clients: Mutex::new(HashMap::new()),
             config,
             sessions: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
@@ -81,6 +88,11 @@ impl Runner {
             self.kick(&session);
         }
         Ok(())
+    }
+
+    /// Records who posted a turn, so its slot counts against that client.
+    pub fn note_client(&self, turn_id: &str, client: String) {
+        lock(&self.clients).insert(turn_id.to_string(), client);
     }
 
     /// Tells the session's worker to look for queued turns, starting one if needed.
@@ -125,7 +137,10 @@ impl Runner {
                         break;
                     }
                 };
-                let Ok(_permit) = self.permits.clone().acquire_owned().await else {
+                let client = lock(&self.clients)
+                    .remove(&next.0.turn_id)
+                    .unwrap_or_else(|| format!("session:{session}"));
+                let Some(_slot) = self.slots.acquire(&client).await else {
                     return;
                 };
                 if self.stopping.is_cancelled() {
@@ -249,6 +264,7 @@ impl Runner {
                 )
                 .await?;
             if ended.is_some() {
+                lock(&self.clients).remove(turn_id);
                 return Ok(TurnState::Cancelled);
             }
         }

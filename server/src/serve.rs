@@ -16,6 +16,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 /// Time a client has to send a request's headers (slow-header clients are cut off after it).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,7 +32,7 @@ pub async fn serve(listener: TcpListener, app: axum::Router, stop: CancellationT
     loop {
         let tcp = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
                     // Out of file descriptors or memory: back off instead of spinning.
@@ -44,11 +45,20 @@ pub async fn serve(listener: TcpListener, app: axum::Router, stop: CancellationT
             },
             _ = stop.cancelled() => break,
         };
+        let (tcp, peer) = tcp;
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
-        let conn =
-            builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+        // Handlers learn the peer's address (per-client limits without auth) as axum's
+        // `ConnectInfo`, set on each request without rebuilding the router per connection.
+        let svc = app.clone().map_request(
+            move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                req
+            },
+        );
+        let conn = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(svc));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -120,6 +120,7 @@ fn message(role: Role, content: &str, status: MessageStatus) -> Message {
         turn_id: None,
         created_at: 0,
         event_id: "e-1".into(),
+        author: None,
     }
 }
 

@@ -207,6 +207,7 @@ impl Builder {
             turn_id: Some(turn_id.clone()),
             created_at: 1_000 + seq,
             event_id: cursor(seq),
+            author: None,
         };
         self.push(
             seq,
@@ -247,6 +248,7 @@ impl Builder {
             turn_id: Some(format!("t{k}")),
             created_at: 1_000 + seq,
             event_id: cursor(seq),
+            author: None,
         };
         self.push(
             seq,

@@ -31,6 +31,7 @@ fn user_msg(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Message {
         turn_id: Some(format!("t{n}")),
         created_at: 1000 + seq,
         event_id: format!("e1-{seq}"),
+        author: None,
     }
 }
 
@@ -44,6 +45,7 @@ fn reply(seq: i64, n: u32, status: MessageStatus, content: &str) -> Message {
         turn_id: Some(format!("t{n}")),
         created_at: 1000 + seq,
         event_id: format!("e1-{seq}"),
+        author: None,
     }
 }
 

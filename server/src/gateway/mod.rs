@@ -1,20 +1,26 @@
 //! The HTTP API: routes, validation and the stable JSON error shape. It reads and appends only
 //! through the journal's and the runner's APIs.
 
+mod access;
 mod error;
+mod origin;
+mod quota;
 mod stream;
 
+pub use access::ACCESS_TOKEN_PARAM;
 pub use error::AppError;
+pub use origin::OriginPolicy;
+pub use quota::{RateLimiter, StreamQuota};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
@@ -24,6 +30,7 @@ use turnstream_protocol::{
     CancelResponse, ClearRealtimeResponse, PostMessageRequest, CURSOR_HEADER,
 };
 
+use crate::auth::{Authenticator, Principal, Scope, MAX_SUB_BYTES};
 use crate::journal::Journal;
 use crate::runner::Runner;
 
@@ -33,6 +40,8 @@ pub struct Limits {
     pub heartbeat: Duration,
     pub max_streams: usize,
     pub max_active_turns: usize,
+    /// Streams one client may hold open (0: any number).
+    pub max_streams_per_client: usize,
 }
 
 #[derive(Clone)]
@@ -40,7 +49,18 @@ pub struct AppState {
     pub journal: Journal,
     pub runner: Arc<Runner>,
     pub limits: Arc<Limits>,
+    /// Tokens and service keys; with none configured every request is allowed (contract v1).
+    pub auth: Arc<Authenticator>,
+    /// Origins allowed to send state-changing requests besides the server's own.
+    pub origins: Arc<OriginPolicy>,
+    /// Messages per minute per client.
+    pub rate: Arc<RateLimiter>,
+    /// Open streams per client.
+    pub client_streams: Arc<StreamQuota>,
 }
+
+/// The peer's address, when the server knows it (it always does over TCP).
+type Peer = Option<Extension<ConnectInfo<std::net::SocketAddr>>>;
 
 /// The router: the API under `/api`, health and metrics, and (if given) static files at `/`.
 pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[String]) -> Router {
@@ -52,7 +72,16 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
         .route("/turns/{turn}", get(turn))
         .route("/turns/{turn}/cancel", post(cancel))
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed);
+        .method_not_allowed_fallback(method_not_allowed)
+        // Outermost first: a cross-site request is refused before its credential is looked at.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            access::authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::check_origin,
+        ));
     let mut app = Router::new()
         .nest("/api", api)
         .route("/healthz", get(healthz))
@@ -129,11 +158,15 @@ fn id_param(
 
 async fn post_message(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    peer: Peer,
     session: Result<Path<String>, PathRejection>,
     body: Result<Json<PostMessageRequest>, JsonRejection>,
 ) -> Result<Response, AppError> {
     let session = id_param(session, "invalid_session_id", "session")?;
+    access::require(&principal, Scope::Write, &session)?;
     let Json(req) = body?;
+    let author = message_author(&principal, req.author.as_deref())?;
     if req.content.trim().is_empty() {
         return Err(AppError::bad_request(
             "empty_content",
@@ -161,16 +194,26 @@ async fn post_message(
     if state.runner.is_stopping() {
         return Err(crate::error::Error::ShuttingDown.into());
     }
+    let client = access::client_key(&principal, peer.as_ref().map(|Extension(c)| c));
+    if let Some(client) = &client {
+        if let Err(wait) = state.rate.take(client, std::time::Instant::now()) {
+            return Ok(quota::rate_limited(wait));
+        }
+    }
     let accepted = state
         .journal
         .accept_message(
             &session,
             &req.content,
             req.client_message_id.as_deref(),
+            author,
             state.limits.max_active_turns,
         )
         .await?;
     let status = if accepted.created {
+        if let Some(client) = client {
+            state.runner.note_client(&accepted.response.turn_id, client);
+        }
         state.runner.kick(&session);
         StatusCode::ACCEPTED
     } else {
@@ -179,12 +222,42 @@ async fn post_message(
     Ok((status, Json(accepted.response)).into_response())
 }
 
+/// Who a posted message is written by: a token's user; for a service key, the user it names
+/// (acting for them), if any; nobody without auth.
+fn message_author<'a>(
+    principal: &'a Principal,
+    named: Option<&'a str>,
+) -> Result<Option<&'a str>, AppError> {
+    match (principal, named) {
+        (Principal::Open, _) => Ok(None),
+        (Principal::User(g), None) => Ok(Some(&g.sub)),
+        (Principal::User(g), Some(a)) if a == g.sub => Ok(Some(&g.sub)),
+        (Principal::User(_), Some(_)) => Err(AppError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "only a service key may name a message's author",
+        )),
+        (Principal::Service, None) => Ok(None),
+        (Principal::Service, Some(a)) => {
+            if a.is_empty() || a.len() > MAX_SUB_BYTES || a.chars().any(char::is_control) {
+                return Err(AppError::bad_request(
+                    "invalid_author",
+                    format!("author is 1 to {MAX_SUB_BYTES} bytes without control characters"),
+                ));
+            }
+            Ok(Some(a))
+        }
+    }
+}
+
 async fn history(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     session: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, AppError> {
     let session = id_param(session, "invalid_session_id", "session")?;
+    access::require(&principal, Scope::Read, &session)?;
     let mut limit = DEFAULT_HISTORY_LIMIT;
     let mut before = None;
     for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
@@ -228,20 +301,32 @@ async fn history(
 
 async fn turn(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     turn: Result<Path<String>, PathRejection>,
 ) -> Result<Response, AppError> {
     let turn = id_param(turn, "invalid_turn_id", "turn")?;
     match state.journal.turn_info(&turn).await? {
-        Some(info) => Ok(Json(info).into_response()),
+        Some(info) => {
+            // A turn id grants nothing by itself: its session must be covered.
+            access::require(&principal, Scope::Read, &info.session_id)?;
+            Ok(Json(info).into_response())
+        }
         None => Err(crate::error::Error::NotFound { what: "turn" }.into()),
     }
 }
 
 async fn cancel(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     turn: Result<Path<String>, PathRejection>,
 ) -> Result<Response, AppError> {
     let turn = id_param(turn, "invalid_turn_id", "turn")?;
+    if principal != Principal::Open {
+        let Some(row) = state.journal.turn(&turn).await? else {
+            return Err(crate::error::Error::NotFound { what: "turn" }.into());
+        };
+        access::require(&principal, Scope::Cancel, &row.session_id)?;
+    }
     let state_after = state.runner.cancel(&turn).await?;
     Ok(Json(CancelResponse {
         turn_id: turn,
@@ -252,9 +337,11 @@ async fn cancel(
 
 async fn clear_realtime(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     session: Result<Path<String>, PathRejection>,
 ) -> Result<Response, AppError> {
     let session = id_param(session, "invalid_session_id", "session")?;
+    access::require(&principal, Scope::Write, &session)?;
     let deleted = state.journal.clear_realtime(&session).await?;
     Ok(Json(ClearRealtimeResponse {
         session_id: session,

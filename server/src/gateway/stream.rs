@@ -15,14 +15,17 @@ use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
+use axum::Extension;
 use bytes::{Bytes, BytesMut};
 use turnstream_protocol::limits::{is_valid_id, MAX_SESSIONS_PER_STREAM};
 use turnstream_protocol::{
-    sse, Cursor, ResyncReason, ResyncRequired, RESYNC_EVENT, SNAPSHOT_EVENT,
+    sse, Cursor, ResyncReason, ResyncRequired, RESYNC_EVENT, SNAPSHOT_EVENT, TOKEN_EXPIRED_EVENT,
 };
 
 use super::error::AppError;
-use super::AppState;
+use super::quota::StreamSlot;
+use super::{access, AppState, Peer};
+use crate::auth::{Principal, Scope};
 use crate::hub::{Subscription, TailReplay};
 use crate::journal::{Journal, Page, StreamStart};
 use crate::metrics::Metrics;
@@ -78,10 +81,34 @@ pub(crate) fn parse_params(query: Option<&str>) -> Result<StreamParams, AppError
 
 pub(crate) async fn stream(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    peer: Peer,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, AppError> {
     let params = parse_params(query.as_deref())?;
+    for session in &params.sessions {
+        access::require(&principal, Scope::Read, session)?;
+    }
+    let client_slot = match access::client_key(&principal, peer.as_ref().map(|Extension(c)| c)) {
+        Some(client) => match state.client_streams.open(&client) {
+            Some(slot) => Some(slot),
+            None => {
+                return Err(super::quota::too_many_client_streams(
+                    state.limits.max_streams_per_client,
+                ))
+            }
+        },
+        None => None,
+    };
+    // The stream is authorised now; it ends when its token does (the client then resumes with
+    // a fresh one from its last event id).
+    let expires = principal.expires_at().map(|at| {
+        let left = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        Box::pin(tokio::time::sleep(left))
+    });
     let last_event_id = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -134,7 +161,9 @@ pub(crate) async fn stream(
         last_write: tokio::time::Instant::now(),
         metrics: metrics.clone(),
         replayed: 0,
+        expires,
         _guard: guard,
+        _client_slot: client_slot,
     };
     match start {
         Err(reason) => {
@@ -294,7 +323,10 @@ struct Pump {
     metrics: Arc<Metrics>,
     /// Events replayed from the journal before going live.
     replayed: usize,
+    /// Fires when the stream's token expires (never for streams without one).
+    expires: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
     _guard: ConnectionGuard,
+    _client_slot: Option<StreamSlot>,
 }
 
 /// What a stream does once `pending` is empty.
@@ -326,6 +358,14 @@ impl Pump {
             if let Some(chunk) = self.pending.pop_front() {
                 return Some(chunk);
             }
+            if self.token_expired() {
+                self.phase = Phase::Done;
+                return Some(Bytes::from(sse::encode(
+                    None,
+                    TOKEN_EXPIRED_EVENT,
+                    r#"{"reason":"expired"}"#,
+                )));
+            }
             match self.phase {
                 Phase::Done => return None,
                 Phase::Resync(reason) => {
@@ -340,6 +380,16 @@ impl Pump {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether the stream's token has expired (checked between writes, so a busy stream ends too).
+    fn token_expired(&mut self) -> bool {
+        match &self.expires {
+            Some(at) if !matches!(self.phase, Phase::Done) => {
+                at.deadline() <= tokio::time::Instant::now()
+            }
+            _ => false,
         }
     }
 
@@ -383,6 +433,7 @@ impl Pump {
             h.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             h
         });
+        let expires = &mut self.expires;
         tokio::select! {
             frame = self.sub.recv() => {
                 let Some(first) = frame else {
@@ -415,6 +466,12 @@ impl Pump {
                 self.last_write = tokio::time::Instant::now();
                 None
             }
+            () = async {
+                match expires.as_mut() {
+                    Some(at) => at.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => None,
             _ = heartbeat.tick() => {
                 let quiet_until = self.last_write + every;
                 if quiet_until > tokio::time::Instant::now() {

@@ -5,7 +5,8 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::error::{Error, Result};
 
 /// Migrations in order; migration `i` moves the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -66,7 +67,12 @@ CREATE TABLE floors (
     session_id TEXT PRIMARY KEY,
     floor_seq  INTEGER NOT NULL
 ) WITHOUT ROWID;
-"#];
+"#,
+    // Contract v1.1: who wrote a user message (a token's `sub`); NULL without auth.
+    r#"
+ALTER TABLE messages ADD COLUMN author TEXT;
+"#,
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -72,7 +72,7 @@ pub(super) fn in_list(n: usize) -> String {
 }
 
 const MESSAGE_COLUMNS: &str =
-    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq";
+    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author";
 
 fn message_from_row(r: &rusqlite::Row<'_>, epoch: &str) -> rusqlite::Result<Message> {
     let role: String = r.get(2)?;
@@ -90,6 +90,7 @@ fn message_from_row(r: &rusqlite::Row<'_>, epoch: &str) -> rusqlite::Result<Mess
         turn_id: r.get(5)?,
         created_at: r.get(6)?,
         event_id: Cursor::new(epoch, r.get::<_, i64>(7)?).to_string(),
+        author: r.get(8)?,
     })
 }
 
@@ -162,9 +163,11 @@ impl Journal {
         session_id: &str,
         content: &str,
         client_message_id: Option<&str>,
+        author: Option<&str>,
         max_active_turns: usize,
     ) -> Result<Accepted> {
         let session_id = session_id.to_string();
+        let author = author.map(str::to_string);
         let content = content.to_string();
         let cmid = client_message_id.map(str::to_string);
         self.write(move |ctx| {
@@ -223,16 +226,17 @@ impl Journal {
                     turn_id: Some(turn_id.clone()),
                     created_at: now,
                     event_id: cursor.to_string(),
+                    author: author.clone(),
                 };
                 message = Some(m.clone());
                 EventBody::MessageReceived { message: m }
             })?;
             ctx.conn
                 .prepare_cached(
-                    "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq)
-                     VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7)",
+                    "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author)
+                     VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8)",
                 )?
-                .execute(params![message_id, session_id, cmid, content, turn_id, now, seq])?;
+                .execute(params![message_id, session_id, cmid, content, turn_id, now, seq, author])?;
             let queued_seq = ctx.append(&session_id, Some(&turn_id), |_| EventBody::TurnQueued {})?;
             ctx.conn
                 .prepare_cached(
@@ -531,6 +535,7 @@ fn end_turn_in(
             turn_id: Some(turn_id.to_string()),
             created_at: now,
             event_id: cursor.to_string(),
+            author: None,
         };
         message = Some(m.clone());
         EventBody::TurnEnded {

@@ -217,28 +217,33 @@ impl TestServer {
         if let Some(id) = last_event_id {
             req = req.header("Last-Event-ID", id);
         }
-        // Streams outlive the client's request timeout.
-        let res = reqwest::Client::new().execute(req.build()?).await?;
-        if res.status() != 200 {
-            return Err(format!("stream answered {}", res.status()).into());
-        }
-        let ct = res
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        if !ct.starts_with("text/event-stream") {
-            return Err(format!("stream content-type {ct:?}").into());
-        }
-        Ok(SseClient {
-            body: Box::pin(res.bytes_stream()),
-            decoder: Decoder::new(),
-            queue: Default::default(),
-            pending_bytes: Vec::new(),
-            ended: false,
-        })
+        open_stream(req).await
     }
+}
+
+/// Opens a stream request built by the caller (with its own headers), expecting 200 and SSE.
+pub async fn open_stream(req: reqwest::RequestBuilder) -> TestResult<SseClient> {
+    // Streams outlive the client's request timeout.
+    let res = reqwest::Client::new().execute(req.build()?).await?;
+    if res.status() != 200 {
+        return Err(format!("stream answered {}", res.status()).into());
+    }
+    let ct = res
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    if !ct.starts_with("text/event-stream") {
+        return Err(format!("stream content-type {ct:?}").into());
+    }
+    Ok(SseClient {
+        body: Box::pin(res.bytes_stream()),
+        decoder: Decoder::new(),
+        queue: Default::default(),
+        pending_bytes: Vec::new(),
+        ended: false,
+    })
 }
 
 impl Drop for TestServer {
