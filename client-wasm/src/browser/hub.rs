@@ -19,6 +19,7 @@ use turnstream_protocol::Cursor;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::console;
 
+use super::auth::Auth;
 use super::env::{self, GlobalListener, Waker};
 use super::leader;
 use super::relay::{Relay, RelayChannel, StreamState, Want};
@@ -101,6 +102,8 @@ pub(crate) struct Hub {
     globals: RefCell<Vec<GlobalListener>>,
     waker: Waker,
     closed: Cell<bool>,
+    /// The app's credentials for the streams.
+    auth: RefCell<Option<Rc<Auth>>>,
 }
 
 /// A session's place in its tab's hub; leaving on drop.
@@ -110,9 +113,18 @@ pub(crate) struct Membership {
 }
 
 impl Membership {
-    /// Joins the hub of `base_url` (made on first use) for `session`.
-    pub(crate) fn join(base_url: &str, session: &str, on: Rc<dyn Fn(Signal)>) -> Membership {
+    /// Joins the hub of `base_url` (made on first use) for `session`. The first member with
+    /// credentials lends them to the streams this tab opens.
+    pub(crate) fn join(
+        base_url: &str,
+        session: &str,
+        on: Rc<dyn Fn(Signal)>,
+        auth: Option<Rc<Auth>>,
+    ) -> Membership {
         let hub = Hub::get(base_url);
+        if hub.auth.borrow().is_none() {
+            *hub.auth.borrow_mut() = auth;
+        }
         let id = hub.next_member.get();
         hub.next_member.set(id.wrapping_add(1));
         hub.members.borrow_mut().push(Member {
@@ -218,6 +230,7 @@ impl Hub {
                 globals: RefCell::new(Vec::new()),
                 waker: Waker::default(),
                 closed: Cell::new(false),
+                auth: RefCell::new(None),
             }
         });
         HUBS.with(|h| {
@@ -678,6 +691,11 @@ impl Hub {
         url.push_str("cursor=");
         url.push_str(&String::from(js_sys::encode_uri_component(&g.last)));
         url.push_str("&snapshot=1");
+        if let Some(token) = self.auth.borrow().as_ref().and_then(|a| a.cached()) {
+            // EventSource cannot send headers.
+            url.push_str("&access_token=");
+            url.push_str(&String::from(js_sys::encode_uri_component(&token)));
+        }
         url
     }
 
@@ -718,8 +736,9 @@ impl Hub {
                 self.update_live();
                 return;
             }
-            Frame::Retrying | Frame::Failed => {
-                let failed = matches!(frame, Frame::Failed);
+            Frame::Retrying | Frame::Failed | Frame::TokenExpired => {
+                let expired = matches!(frame, Frame::TokenExpired);
+                let failed = expired || matches!(frame, Frame::Failed);
                 let attempt = {
                     let mut groups = self.groups.borrow_mut();
                     let g = &mut groups[i];
@@ -737,8 +756,16 @@ impl Hub {
                     let weak = self.me.clone();
                     let sid = sid.to_owned();
                     let waker = self.waker.clone();
+                    let auth = self.auth.borrow().clone();
                     spawn_local(async move {
-                        waker.sleep(backoff_ms(attempt - 1, env::random())).await;
+                        if !expired {
+                            waker.sleep(backoff_ms(attempt - 1, env::random())).await;
+                        }
+                        // A refused or expired token: ask for a fresh one. The stream resumes
+                        // from its last event with the same name, so nobody misses anything.
+                        if let Some(auth) = auth {
+                            auth.renew().await;
+                        }
                         if let Some(hub) = weak.upgrade() {
                             let i = hub
                                 .groups

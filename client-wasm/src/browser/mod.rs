@@ -5,6 +5,7 @@
 //! the package can be imported during server-side rendering.
 
 mod api;
+mod auth;
 mod channel;
 mod client;
 mod env;

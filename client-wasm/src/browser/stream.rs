@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use turnstream_protocol::{
-    Event, ResyncRequired, Snapshot, EVENT_KINDS, RESYNC_EVENT, SNAPSHOT_EVENT,
+    Event, ResyncRequired, Snapshot, EVENT_KINDS, RESYNC_EVENT, SNAPSHOT_EVENT, TOKEN_EXPIRED_EVENT,
 };
 use wasm_bindgen::prelude::*;
 use web_sys::{EventSource, MessageEvent};
@@ -38,6 +38,8 @@ pub(crate) enum Frame {
     Event(String, String),
     /// The `data` of a resync frame; the source is already closed.
     Resync(String),
+    /// The stream's token expired; the source is already closed.
+    TokenExpired,
     /// The browser is reconnecting by itself (it will send `Last-Event-ID`).
     Retrying,
     /// The browser gave up (an HTTP error answer): the source must be reopened.
@@ -111,6 +113,14 @@ impl Stream {
             // dead Last-Event-ID and is told the same thing forever.
             src.close();
             h(Frame::Resync(data(&e)))
+        });
+
+        let h = on.clone();
+        let src = stream.source.clone();
+        stream.listen(TOKEN_EXPIRED_EVENT, move |_| {
+            // The same: reconnecting with the expired token in the URL would only be refused.
+            src.close();
+            h(Frame::TokenExpired)
         });
 
         let h = on;

@@ -97,6 +97,8 @@ pub struct Conversation {
     left_open: Keys,
     /// Older messages exist before `oldest` (history's `has_more`).
     has_more: bool,
+    /// Why the server refuses us, while `connection` is `Unauthorized`.
+    refusal: Option<EntryError>,
     /// The oldest message of the history pages read, where an older page starts (`before`).
     oldest: Option<String>,
     /// Bumped on every change, so a caller can tell "same view" cheaply.
@@ -119,6 +121,7 @@ impl Conversation {
             checking: Keys::new(),
             left_open: Keys::new(),
             has_more: false,
+            refusal: None,
             oldest: None,
             revision: 0,
             send_counter: 0,
@@ -500,8 +503,23 @@ impl Conversation {
     }
 
     pub fn set_connection(&mut self, c: Connection) -> bool {
-        let changed = self.connection != c;
+        let mut changed = self.connection != c;
         self.connection = c;
+        if c != Connection::Unauthorized && self.refusal.take().is_some() {
+            changed = true;
+        }
+        self.touch(changed)
+    }
+
+    /// The server keeps refusing our credentials: `unauthorized`, with its error.
+    pub fn set_unauthorized(&mut self, error: &ErrorDetail) -> bool {
+        let refusal = Some(EntryError {
+            code: error.code.clone(),
+            message: error.message.clone(),
+        });
+        let changed = self.refusal != refusal || self.connection != Connection::Unauthorized;
+        self.refusal = refusal;
+        self.connection = Connection::Unauthorized;
         self.touch(changed)
     }
 
@@ -650,6 +668,7 @@ impl Conversation {
             busy: self.turns.values().any(|a| !a.is_final()),
             gap: self.gap,
             has_more: self.has_more,
+            error: self.refusal.clone(),
             messages: placed
                 .iter()
                 .map(|p| match p.entry {

@@ -7,6 +7,7 @@ use wasm_bindgen_futures::spawn_local;
 
 use super::{warn, Client};
 use crate::browser::env::{self, GlobalListener};
+use crate::browser::http::HttpError;
 use crate::browser::hub::Membership;
 use crate::browser::stream::Signal;
 use crate::codec;
@@ -52,7 +53,17 @@ impl Client {
                     if attempt == 0 {
                         warn("could not load history, retrying", &e.message());
                     }
-                    self.set_connection(self.unreachable());
+                    match &e {
+                        // Refused even with a fresh token: say so, keep the view, keep trying.
+                        HttpError::Status {
+                            status: 401 | 403,
+                            error,
+                            ..
+                        } => {
+                            self.update(|c| c.set_unauthorized(error));
+                        }
+                        _ => self.set_connection(self.unreachable()),
+                    }
                     self.net_waker
                         .sleep(backoff_ms(attempt, env::random()))
                         .await;

@@ -15,6 +15,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::console;
 
+use super::auth::Auth;
 use super::channel::Channel;
 use super::env::{self, GlobalListener, Waker};
 use super::http::Endpoint;
@@ -35,6 +36,7 @@ mod render;
 mod siblings;
 
 pub(crate) struct Options {
+    pub(crate) get_token: Option<Function>,
     pub(crate) base_url: String,
     pub(crate) session_id: String,
     pub(crate) persistent: bool,
@@ -91,6 +93,7 @@ impl Client {
             endpoint: Endpoint {
                 base_url: opts.base_url,
                 session_id: opts.session_id.clone(),
+                auth: opts.get_token.map(|f| Rc::new(Auth::new(f))),
             },
             history_limit: opts.history_limit,
             conv: RefCell::new(Conversation::new(opts.session_id)),
@@ -143,6 +146,7 @@ impl Client {
             &client.endpoint.base_url,
             &client.endpoint.session_id,
             on,
+            client.endpoint.auth.clone(),
         ));
         client.listen_to_network();
         client.save_on_leave();

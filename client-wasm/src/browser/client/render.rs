@@ -9,6 +9,7 @@ use web_sys::console;
 
 use super::{opt_str, set, Client};
 use crate::codec;
+use crate::reducer::entry::EntryError;
 use crate::reducer::EntryView;
 
 /// The last state handed to JS, and the JS object of each entry, so an unchanged bubble keeps
@@ -88,6 +89,7 @@ impl Client {
         set(&state, "busy", &view.busy.into());
         set(&state, "gap", &view.gap.into());
         set(&state, "hasMore", &view.has_more.into());
+        set(&state, "error", &error_js(view.error.as_ref()));
         set(&state, "messages", &messages);
         Object::freeze(&state);
         r.entries = entries;
@@ -107,6 +109,19 @@ impl Client {
             }
         })
         .into_js_value()
+    }
+}
+
+/// `{code, message}`, or null.
+fn error_js(e: Option<&EntryError>) -> JsValue {
+    match e {
+        Some(err) => {
+            let js = Object::new();
+            set(&js, "code", &err.code.as_str().into());
+            set(&js, "message", &err.message.as_str().into());
+            js.into()
+        }
+        None => JsValue::NULL,
     }
 }
 
@@ -133,16 +148,7 @@ fn entry_js(e: &EntryView) -> Object {
     }
     set(&o, "tools", &tools);
     set(&o, "recovered", &e.recovered.into());
-    let error = match &e.error {
-        Some(err) => {
-            let js = Object::new();
-            set(&js, "code", &err.code.as_str().into());
-            set(&js, "message", &err.message.as_str().into());
-            js.into()
-        }
-        None => JsValue::NULL,
-    };
-    set(&o, "error", &error);
+    set(&o, "error", &error_js(e.error.as_ref()));
     // Unix milliseconds: well inside what a JS number holds exactly.
     let created_at = e
         .created_at
