@@ -157,7 +157,7 @@ pub(crate) struct GlobalListener {
 
 impl GlobalListener {
     pub(crate) fn new(event: &'static str, f: impl FnMut(web_sys::Event) + 'static) -> Self {
-        Self::on(js_sys::global().dyn_into().ok(), event, f)
+        Self::on(js_sys::global().dyn_into().ok(), event, Box::new(f))
     }
 
     /// On `document` (`freeze`, `visibilitychange`); nothing where there is none (a worker).
@@ -166,15 +166,16 @@ impl GlobalListener {
         f: impl FnMut(web_sys::Event) + 'static,
     ) -> Self {
         let document = get(&js_sys::global(), "document").and_then(|d| d.dyn_into().ok());
-        Self::on(document, event, f)
+        Self::on(document, event, Box::new(f))
     }
 
+    /// Boxed: one copy of this code for every listener (package size).
     fn on(
         target: Option<web_sys::EventTarget>,
         event: &'static str,
-        f: impl FnMut(web_sys::Event) + 'static,
+        f: Box<dyn FnMut(web_sys::Event)>,
     ) -> Self {
-        let closure = Closure::<dyn FnMut(web_sys::Event)>::new(f);
+        let closure = Closure::wrap(f);
         if let Some(target) = &target {
             let _ =
                 target.add_event_listener_with_callback(event, closure.as_ref().unchecked_ref());

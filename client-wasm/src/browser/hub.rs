@@ -22,8 +22,9 @@ use web_sys::console;
 use super::auth::Auth;
 use super::env::{self, GlobalListener, Waker};
 use super::leader;
-use super::relay::{Relay, RelayChannel, StreamState, Want};
+use super::relay::RelayChannel;
 use super::stream::{Frame, Signal, Stream};
+use crate::relay::{Relay, StreamState, Want};
 use crate::retry::backoff_ms;
 
 /// Sessions on one stream (the server's limit).
@@ -70,7 +71,7 @@ struct Group {
 
 struct Remote {
     tab: String,
-    generation: f64,
+    generation: i64,
     wants: Vec<Want>,
     seen: f64,
 }
@@ -89,7 +90,7 @@ pub(crate) struct Hub {
     requested: Cell<bool>,
     stealing: Cell<bool>,
     /// The newest leader state known (ours when leading).
-    generation: Cell<f64>,
+    generation: Cell<i64>,
     groups: RefCell<Vec<Group>>,
     /// The leader's streams, as it last said.
     seen: RefCell<Vec<StreamState>>,
@@ -220,7 +221,7 @@ impl Hub {
                 release: RefCell::new(None),
                 requested: Cell::new(false),
                 stealing: Cell::new(false),
-                generation: Cell::new(0.0),
+                generation: Cell::new(0),
                 groups: RefCell::new(Vec::new()),
                 seen: RefCell::new(Vec::new()),
                 heard: Cell::new(env::now_ms() as f64),
@@ -302,7 +303,7 @@ impl Hub {
         self.leading.set(true);
         // Above any generation seen, and unlike any other tab's.
         self.generation
-            .set(self.generation.get().floor() + 1.0 + env::random() / 2.0);
+            .set(self.generation.get() + 1 + (env::random() * 1e6) as i64);
         self.seen.borrow_mut().clear();
         self.reconcile();
     }
@@ -670,7 +671,7 @@ impl Hub {
         let states: Vec<StreamState> = groups.iter().map(|g| g.state.clone()).collect();
         drop(groups);
         if changed {
-            self.generation.set(self.generation.get() + 1.0);
+            self.generation.set(self.generation.get() + 1);
             self.cover(&states);
             self.broadcast_state();
         }
@@ -798,7 +799,7 @@ impl Hub {
         });
         self.deliver(sid, kind, &data, &last);
         if kind == "resync" {
-            self.generation.set(self.generation.get() + 1.0);
+            self.generation.set(self.generation.get() + 1);
             self.broadcast_state();
             self.update_live();
         }

@@ -17,9 +17,10 @@ use crate::codec;
 pub(crate) enum Signal {
     /// The stream covering the session is delivering: we are live.
     Open,
-    Snapshot(Snapshot),
+    /// Shared: one parse serves every session of the tab.
+    Snapshot(Rc<Snapshot>),
     /// A journaled event; `last_event_id` is the stream's resume position after it.
-    Event(Box<Event>, String),
+    Event(Rc<Event>, String),
     /// The server cannot serve our position; the source is already closed.
     Resync(ResyncRequired),
     /// The stream is not delivering (reconnecting, failed, or the tab relaying it went quiet).
@@ -51,7 +52,7 @@ impl Frame {
     pub(crate) fn parse(kind: &str, data: &str, last: &str) -> Option<Signal> {
         Some(match kind {
             "snapshot" => match json::read(data, codec::snapshot) {
-                Some(s) => Signal::Snapshot(s),
+                Some(s) => Signal::Snapshot(Rc::new(s)),
                 None => Signal::Garbled(SNAPSHOT_EVENT),
             },
             "resync" => match json::read(data, codec::resync) {
@@ -65,7 +66,7 @@ impl Frame {
                     } else {
                         last.to_owned()
                     };
-                    Signal::Event(Box::new(ev), last)
+                    Signal::Event(Rc::new(ev), last)
                 }
                 None => Signal::Garbled("event"),
             },
@@ -136,7 +137,12 @@ impl Stream {
     }
 
     fn listen(&mut self, kind: &'static str, f: impl FnMut(web_sys::Event) + 'static) {
-        let closure = Listener::new(f);
+        self.listen_boxed(kind, Box::new(f));
+    }
+
+    /// Boxed: one copy of this code for every listener (package size).
+    fn listen_boxed(&mut self, kind: &'static str, f: Box<dyn FnMut(web_sys::Event)>) {
+        let closure = Listener::wrap(f);
         if self
             .source
             .add_event_listener_with_callback(kind, closure.as_ref().unchecked_ref())

@@ -47,8 +47,7 @@ impl Client {
     }
 
     fn save_at_once(&self) {
-        let conv = self.conv.borrow().clone();
-        if let Err(e) = self.storage.put_now(&conv) {
+        if let Err(e) = self.storage.put_now(&self.conv.borrow()) {
             warn("could not write the cache", &e);
         }
     }
