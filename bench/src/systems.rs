@@ -82,7 +82,12 @@ impl System {
             .arg(dir.path().join("ts.db"))
             .args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
             // Every bench client is one loopback address: per-client limits off.
-            .args(["--messages-per-minute", "0", "--max-streams-per-client", "0"])
+            .args([
+                "--messages-per-minute",
+                "0",
+                "--max-streams-per-client",
+                "0",
+            ])
             .args(extra)
             .env("RUST_LOG", "warn");
         let proc = procs::spawn("turnstream", cmd, &log_path("turnstream")?, "http://", None)?;
