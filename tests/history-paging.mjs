@@ -7,7 +7,7 @@ const scenarios = [];
 const scenario = (name, flags, fn) => scenarios.push({ name, flags, fn });
 
 scenario("loadOlder over 1,000 messages returns each exactly once, in order, keys unchanged",
-  ["--demo-delay-ms", "0", "--messages-per-minute", "0"], async ({ context, server, session }) => {
+  ["--demo-delay-ms", "0", "--messages-per-minute", "0", "--max-active-turns", "1000"], async ({ context, server, session }) => {
     // 500 messages and their 500 replies, written by the server.
     const posted = [];
     for (let i = 0; i < 500; i += 50) {
