@@ -142,7 +142,12 @@ function renderState(state) {
 }
 
 await init();
-const chat = await ChatClient.connect({ baseUrl: location.origin, sessionId, storage: "indexeddb" });
+// `?storage=memory` keeps nothing in IndexedDB (the tab-sharing tests use both).
+const storage = params.get("storage") === "memory" ? "memory" : "indexeddb";
+// With auth on the server, an app passes `getToken`; the demo uses `window.turnstreamToken` when
+// the page embedding it defines one (the end-to-end suite does).
+const getToken = typeof window.turnstreamToken === "function" ? () => window.turnstreamToken() : undefined;
+const chat = await ChatClient.connect({ baseUrl: location.origin, sessionId, storage, getToken });
 window.chat = chat; // for the end-to-end suite and for poking at it in the console
 // Render at most once per frame: a backlog of events (a refresh mid-turn, a reconnect) then
 // costs one layout, not one per event.

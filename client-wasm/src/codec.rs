@@ -21,6 +21,7 @@ use crate::reducer::entry::{
     AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus,
 };
 use crate::reducer::CacheRecord;
+use crate::relay::{Relay, StreamState, Want};
 use crate::tabs::TabMessage;
 
 /// A parsed JSON value: a `JsValue` from `JSON.parse` in the browser, `serde_json::Value` in the
@@ -414,6 +415,58 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
     })
 }
 
+fn strings<V: Value>(v: &V, key: &str) -> Option<Vec<String>> {
+    v.get(key)?.items()?.iter().map(Value::string).collect()
+}
+
+pub fn relay<V: Value>(v: &V) -> Option<Relay> {
+    Some(match string(v, "t")?.as_str() {
+        "state" => Relay::State {
+            generation: int(v, "gen")?,
+            streams: v
+                .get("streams")?
+                .items()?
+                .iter()
+                .map(|s| {
+                    Some(StreamState {
+                        sid: string(s, "sid")?,
+                        sessions: strings(s, "sessions")?,
+                        from: string(s, "from")?,
+                        open: boolean(s, "open")?,
+                    })
+                })
+                .collect::<Option<_>>()?,
+            hidden: boolean(v, "hidden")?,
+        },
+        "frame" => Relay::Frame {
+            sid: string(v, "sid")?,
+            kind: string(v, "kind")?,
+            data: string(v, "data")?,
+            last: string(v, "last")?,
+        },
+        "want" => Relay::Want {
+            tab: string(v, "tab")?,
+            generation: int(v, "gen")?,
+            wants: v
+                .get("wants")?
+                .items()?
+                .iter()
+                .map(|w| {
+                    Some(Want {
+                        session: string(w, "session")?,
+                        pos: string(w, "pos")?,
+                        covered: opt_string(w, "covered")?,
+                    })
+                })
+                .collect::<Option<_>>()?,
+        },
+        "bye" => Relay::Bye {
+            tab: string(v, "tab")?,
+        },
+        _ => return None,
+    })
+}
+
 // ----- writing -----
 
 /// Builds one JSON object: `Obj::new(out)`, then `key`/`str`/... pairs, then `end`.
@@ -718,6 +771,72 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
                 Some(i) => write_turn_info(o.key("info"), i),
                 None => o.key("info").push_str("null"),
             }
+        }
+    }
+    o.end();
+    out
+}
+
+#[allow(clippy::ptr_arg)] // `Obj::list` hands each item of a `Vec<String>` as `&String`.
+fn write_strings(out: &mut String, s: &String) {
+    write_str(out, s);
+}
+
+fn write_stream_state(out: &mut String, s: &StreamState) {
+    Obj::new(out)
+        .str("sid", &s.sid)
+        .list("sessions", &s.sessions, write_strings)
+        .str("from", &s.from)
+        .bool("open", s.open)
+        .end();
+}
+
+fn write_want(out: &mut String, w: &Want) {
+    Obj::new(out)
+        .str("session", &w.session)
+        .str("pos", &w.pos)
+        .opt_str("covered", w.covered.as_deref())
+        .end();
+}
+
+pub fn relay_json(msg: &Relay) -> String {
+    let mut out = String::new();
+    let mut o = Obj::new(&mut out);
+    match msg {
+        Relay::State {
+            generation,
+            streams,
+            hidden,
+        } => {
+            o.str("t", "state")
+                .int("gen", *generation)
+                .list("streams", streams, write_stream_state)
+                .bool("hidden", *hidden);
+        }
+        Relay::Frame {
+            sid,
+            kind,
+            data,
+            last,
+        } => {
+            o.str("t", "frame")
+                .str("sid", sid)
+                .str("kind", kind)
+                .str("data", data)
+                .str("last", last);
+        }
+        Relay::Want {
+            tab,
+            generation,
+            wants,
+        } => {
+            o.str("t", "want")
+                .str("tab", tab)
+                .int("gen", *generation)
+                .list("wants", wants, write_want);
+        }
+        Relay::Bye { tab } => {
+            o.str("t", "bye").str("tab", tab);
         }
     }
     o.end();

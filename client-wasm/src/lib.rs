@@ -4,6 +4,7 @@
 //! - [`reducer`]: plain Rust. Merges every source (cache, history, snapshot, stream, POST
 //!   responses, optimistic sends, turn-status checks, sibling tabs) into one ordered view.
 //! - [`tabs`]: what sibling tabs tell each other over a BroadcastChannel.
+//! - [`relay`]: what the tabs of an origin tell each other to share one stream.
 //! - [`codec`]: the JSON read and written, by hand rather than with serde (package size).
 //! - [`retry`]: when to try again and what an HTTP answer means for a queued message.
 //! - `browser` (wasm32 only): the thin ring around the reducer — fetch, EventSource, IndexedDB,
@@ -11,6 +12,7 @@
 
 pub mod codec;
 pub mod reducer;
+pub mod relay;
 pub mod retry;
 pub mod tabs;
 

@@ -28,10 +28,14 @@ export interface ConnectOptions {
   storage?: StorageKind;
   /** Messages of history loaded on connect and after a resync: 1 to 1000, default 100. */
   historyLimit?: number;
+  /** Called for a token when one is first needed, after a `401`, and when a stream's token
+   *  expired. Sent as `Authorization: Bearer` on requests and as `access_token` on the stream.
+   *  Without it nothing is sent (cookies still are, as the browser sends them). */
+  getToken?: () => Promise<string>;
 }
 
 /** The link to the server. */
-export type Connection = "connecting" | "live" | "reconnecting" | "resyncing" | "offline" | "closed";
+export type Connection = "connecting" | "live" | "reconnecting" | "resyncing" | "offline" | "unauthorized" | "closed";
 
 export type UserStatus = "sending" | "sent" | "rejected";
 export type AssistantStatus = "queued" | "streaming" | "complete" | "cancelled" | "failed" | "interrupted";
@@ -93,12 +97,21 @@ export interface ChatState {
   readonly busy: boolean;
   /** Something could not be recovered (a history resync, or a turn the server lost). */
   readonly gap: boolean;
+  /** Older messages exist on the server: `loadOlder()` pages them in. */
+  readonly hasMore: boolean;
+  /** The server's refusal while `connection` is "unauthorized", else null. */
+  readonly error: EntryError | null;
   /** In journal order; messages not yet accepted by the server last, in send order. */
   readonly messages: readonly ChatEntry[];
 }
 
 export interface SendResult {
   readonly clientMessageId: string;
+}
+
+export interface LoadOlderResult {
+  /** Entries the page added to `messages` (0 once nothing older exists). */
+  readonly added: number;
 }
 
 export interface CancelResult {
@@ -151,7 +164,14 @@ fn parse_options(options: JsValue) -> Result<Options, JsError> {
         Some(n) if n == n.trunc() && (1.0..=1000.0).contains(&n) => n as u32,
         Some(_) => return Err(JsError::new(LIMIT)),
     };
+    let get_token = option(
+        &options,
+        "getToken",
+        |v| v.clone().dyn_into::<Function>().ok(),
+        "turnstream: getToken must be a function returning a Promise of a string",
+    )?;
     Ok(Options {
+        get_token,
         base_url: base_url.trim().trim_end_matches('/').to_owned(),
         session_id,
         persistent,
@@ -213,6 +233,28 @@ impl ChatClient {
             let id = inner.send(content).await;
             let out = js_sys::Object::new();
             js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
+            Ok(out.into())
+        })
+    }
+
+    /// Loads the page of history before the oldest message read (`historyLimit` messages) and
+    /// merges it; `state.hasMore` says whether there is more. Entries keep their keys.
+    #[wasm_bindgen(
+        js_name = "loadOlder",
+        unchecked_return_type = "Promise<LoadOlderResult>"
+    )]
+    pub fn load_older(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if inner.is_closed() {
+                return Err(js_error("turnstream: the client is closed"));
+            }
+            let added = inner
+                .load_older()
+                .await
+                .map_err(|e| js_error(&["turnstream: loadOlder failed: ", &e].concat()))?;
+            let out = js_sys::Object::new();
+            js_sys::Reflect::set(&out, &"added".into(), &added.into())?;
             Ok(out.into())
         })
     }

@@ -148,26 +148,57 @@ where
     true
 }
 
-/// Listens to `event` on the global scope until dropped.
+/// Listens to `event` on the global scope (or its document) until dropped.
 pub(crate) struct GlobalListener {
     event: &'static str,
+    target: Option<web_sys::EventTarget>,
     closure: Closure<dyn FnMut(web_sys::Event)>,
 }
 
 impl GlobalListener {
     pub(crate) fn new(event: &'static str, f: impl FnMut(web_sys::Event) + 'static) -> Self {
-        let closure = Closure::<dyn FnMut(web_sys::Event)>::new(f);
-        if let Ok(target) = js_sys::global().dyn_into::<web_sys::EventTarget>() {
+        Self::on(js_sys::global().dyn_into().ok(), event, Box::new(f))
+    }
+
+    /// On `document` (`freeze`, `visibilitychange`); nothing where there is none (a worker).
+    pub(crate) fn on_document(
+        event: &'static str,
+        f: impl FnMut(web_sys::Event) + 'static,
+    ) -> Self {
+        let document = get(&js_sys::global(), "document").and_then(|d| d.dyn_into().ok());
+        Self::on(document, event, Box::new(f))
+    }
+
+    /// Boxed: one copy of this code for every listener (package size).
+    fn on(
+        target: Option<web_sys::EventTarget>,
+        event: &'static str,
+        f: Box<dyn FnMut(web_sys::Event)>,
+    ) -> Self {
+        let closure = Closure::wrap(f);
+        if let Some(target) = &target {
             let _ =
                 target.add_event_listener_with_callback(event, closure.as_ref().unchecked_ref());
         }
-        GlobalListener { event, closure }
+        GlobalListener {
+            event,
+            target,
+            closure,
+        }
     }
+}
+
+/// `document.visibilityState == "hidden"`.
+pub(crate) fn hidden() -> bool {
+    get(&js_sys::global(), "document")
+        .and_then(|d| get(&d, "visibilityState"))
+        .and_then(|v| v.as_string())
+        .is_some_and(|v| v == "hidden")
 }
 
 impl Drop for GlobalListener {
     fn drop(&mut self) {
-        if let Ok(target) = js_sys::global().dyn_into::<web_sys::EventTarget>() {
+        if let Some(target) = &self.target {
             let _ = target.remove_event_listener_with_callback(
                 self.event,
                 self.closure.as_ref().unchecked_ref(),

@@ -1,6 +1,8 @@
 //! The REST calls of contract v1, over the global `fetch`. Every answer is read into the protocol
 //! crate's types by [`crate::codec`]; nothing from the network is unwrapped.
 
+use std::rc::Rc;
+
 use js_sys::{Function, Object, Promise, Reflect};
 use turnstream_protocol::{
     CancelResponse, ErrorDetail, HistoryResponse, PostMessageResponse, TurnInfo, CURSOR_HEADER,
@@ -9,6 +11,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::Response;
 
+use super::auth::Auth;
 use super::json;
 use crate::codec;
 
@@ -43,11 +46,12 @@ impl HttpError {
     }
 }
 
-/// Where the server is and which session we speak of.
+/// Where the server is, which session we speak of, and with what credentials.
 pub(crate) struct Endpoint {
     /// No trailing slash; empty means the page's own origin.
     pub(crate) base_url: String,
     pub(crate) session_id: String,
+    pub(crate) auth: Option<Rc<Auth>>,
 }
 
 fn enc(s: &str) -> String {
@@ -55,6 +59,27 @@ fn enc(s: &str) -> String {
 }
 
 impl Endpoint {
+    /// One request, with the app's token when it gave `getToken`; on a `401`, once more with a
+    /// fresh token.
+    async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&str>,
+    ) -> Result<Response, HttpError> {
+        let Some(auth) = &self.auth else {
+            return fetch(method, url, body, None).await;
+        };
+        let token = auth.token().await;
+        match fetch(method, url, body, token.as_deref()).await {
+            Err(HttpError::Status { status: 401, .. }) => {
+                let token = auth.renew().await;
+                fetch(method, url, body, token.as_deref()).await
+            }
+            other => other,
+        }
+    }
+
     fn url(&self, parts: &[&str]) -> String {
         let mut url = self.base_url.clone();
         for p in parts {
@@ -63,27 +88,24 @@ impl Endpoint {
         url
     }
 
-    pub(crate) fn stream_url(&self, cursor: &str) -> String {
-        self.url(&[
-            "/api/stream?session=",
-            &enc(&self.session_id),
-            "&cursor=",
-            &enc(cursor),
-            "&snapshot=1",
-        ])
-    }
-
-    /// `GET /history`: the latest page and the journal cursor it was read at.
-    pub(crate) async fn history(&self, limit: u32) -> Result<(HistoryResponse, String), HttpError> {
+    /// `GET /history`: the latest page (or the page before the message `before`) and the
+    /// journal cursor it was read at.
+    pub(crate) async fn history(
+        &self,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<(HistoryResponse, String), HttpError> {
         let mut limit_s = String::new();
         codec::write_int(&mut limit_s, i64::from(limit));
+        let before = before.map(|b| ["&before=", &enc(b)].concat());
         let url = self.url(&[
             "/api/sessions/",
             &enc(&self.session_id),
             "/history?limit=",
             &limit_s,
+            before.as_deref().unwrap_or_default(),
         ]);
-        let resp = fetch("GET", &url, None).await?;
+        let resp = self.send("GET", &url, None).await?;
         let header = resp.headers().get(CURSOR_HEADER).ok().flatten();
         let history = decode(resp, codec::history).await?;
         // The header and the body name the same position; the header is the documented one.
@@ -101,7 +123,7 @@ impl Endpoint {
         let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/messages"]);
         let body = codec::post_request_json(content, client_message_id);
         decode(
-            fetch("POST", &url, Some(&body)).await?,
+            self.send("POST", &url, Some(&body)).await?,
             codec::post_response,
         )
         .await
@@ -110,7 +132,7 @@ impl Endpoint {
     /// `GET /api/turns/{turn}`; `None` when the server does not know the turn.
     pub(crate) async fn turn(&self, turn_id: &str) -> Result<Option<TurnInfo>, HttpError> {
         let url = self.url(&["/api/turns/", &enc(turn_id)]);
-        match fetch("GET", &url, None).await {
+        match self.send("GET", &url, None).await {
             Ok(resp) => decode(resp, codec::turn_info).await.map(Some),
             // Only the server's own "no such turn" means lost; a proxy's 404 does not.
             Err(HttpError::Status {
@@ -123,7 +145,7 @@ impl Endpoint {
     /// `POST /api/turns/{turn}/cancel`.
     pub(crate) async fn cancel(&self, turn_id: &str) -> Result<CancelResponse, HttpError> {
         let url = self.url(&["/api/turns/", &enc(turn_id), "/cancel"]);
-        decode(fetch("POST", &url, None).await?, codec::cancel_response).await
+        decode(self.send("POST", &url, None).await?, codec::cancel_response).await
     }
 }
 
@@ -141,7 +163,12 @@ pub(crate) fn describe(e: &JsValue) -> String {
 }
 
 /// `fetch(url, {method, body})`: the response when its status is 2xx, else what it says.
-async fn fetch(method: &str, url: &str, json_body: Option<&str>) -> Result<Response, HttpError> {
+async fn fetch(
+    method: &str,
+    url: &str,
+    json_body: Option<&str>,
+    token: Option<&str>,
+) -> Result<Response, HttpError> {
     let global = js_sys::global();
     let fetch = Reflect::get(&global, &JsValue::from_str("fetch"))
         .ok()
@@ -149,16 +176,23 @@ async fn fetch(method: &str, url: &str, json_body: Option<&str>) -> Result<Respo
         .ok_or_else(|| HttpError::Network("no fetch in this environment".to_owned()))?;
     let init = Object::new();
     set(&init, "method", &JsValue::from_str(method));
+    let headers = Object::new();
+    if let Some(token) = token {
+        set(
+            &headers,
+            "Authorization",
+            &JsValue::from_str(&["Bearer ", token].concat()),
+        );
+    }
     if let Some(body) = json_body {
-        let headers = Object::new();
         set(
             &headers,
             "Content-Type",
             &JsValue::from_str("application/json"),
         );
-        set(&init, "headers", &headers);
         set(&init, "body", &JsValue::from_str(body));
     }
+    set(&init, "headers", &headers);
     let promise = fetch
         .call2(&global, &JsValue::from_str(url), &init)
         .map_err(|e| HttpError::Network(describe(&e)))?;

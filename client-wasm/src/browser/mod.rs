@@ -5,11 +5,15 @@
 //! the package can be imported during server-side rendering.
 
 mod api;
+mod auth;
 mod channel;
 mod client;
 mod env;
 mod http;
+mod hub;
 mod json;
+mod leader;
+mod relay;
 mod storage;
 mod stream;
 

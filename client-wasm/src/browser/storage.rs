@@ -136,6 +136,33 @@ impl Storage {
     }
 }
 
+impl Storage {
+    /// Writes `conv` at once, without reading what is stored: for `pagehide`, when nothing
+    /// awaited would run any more. The view already holds what sibling tabs told it.
+    pub(crate) fn put_now(&self, conv: &Conversation) -> Result<(), String> {
+        let Storage::IndexedDb { db, key } = self else {
+            return Ok(());
+        };
+        let tx = db
+            .transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite)
+            .map_err(|e| describe(&e))?;
+        let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
+        let json = codec::cache_record_json(&conv.to_cache_bounded(KEEP));
+        store
+            .put_with_key(&JsValue::from_str(&json), &JsValue::from_str(key))
+            .map_err(|e| describe(&e))?;
+        // Commit now rather than when the event loop idles: the page may not get there.
+        // (`IDBTransaction.commit`, called by name: web-sys marks its binding deprecated.)
+        if let Some(commit) = Reflect::get(&tx, &JsValue::from_str("commit"))
+            .ok()
+            .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+        {
+            commit.call0(&tx).map_err(|e| describe(&e))?;
+        }
+        Ok(())
+    }
+}
+
 fn parse(text: &str) -> Option<CacheRecord> {
     // A record of another format version is dropped, not misread.
     json::read(text, codec::cache_record)

@@ -1,11 +1,11 @@
-//! One `EventSource` on `/api/stream`, turned into signals for the client. Journaled events and the
+//! One `EventSource` on `/api/stream`, turned into frames for the hub. Journaled events and the
 //! snapshot go straight to a handler (synchronously, in arrival order); listeners are removed and
 //! the source closed on drop, so a replaced stream can never deliver into the view again.
 
 use std::rc::Rc;
 
 use turnstream_protocol::{
-    Event, ResyncRequired, Snapshot, EVENT_KINDS, RESYNC_EVENT, SNAPSHOT_EVENT,
+    Event, ResyncRequired, Snapshot, EVENT_KINDS, RESYNC_EVENT, SNAPSHOT_EVENT, TOKEN_EXPIRED_EVENT,
 };
 use wasm_bindgen::prelude::*;
 use web_sys::{EventSource, MessageEvent};
@@ -15,19 +15,64 @@ use crate::codec;
 
 /// What the stream tells the client.
 pub(crate) enum Signal {
-    /// The response started: we are live.
+    /// The stream covering the session is delivering: we are live.
     Open,
-    Snapshot(Snapshot),
-    /// A journaled event; `last_event_id` is the browser's resume position after it.
-    Event(Box<Event>, String),
+    /// Shared: one parse serves every session of the tab.
+    Snapshot(Rc<Snapshot>),
+    /// A journaled event; `last_event_id` is the stream's resume position after it.
+    Event(Rc<Event>, String),
     /// The server cannot serve our position; the source is already closed.
     Resync(ResyncRequired),
-    /// The browser is reconnecting by itself (it will send `Last-Event-ID`).
+    /// The stream is not delivering (reconnecting, failed, or the tab relaying it went quiet).
     Retrying,
-    /// The browser gave up (an HTTP error answer): we must reopen it ourselves.
-    Failed,
     /// A frame that did not parse (logged, otherwise ignored).
     Garbled(&'static str),
+}
+
+/// What one `EventSource` says, unparsed: the hub relays these to sibling tabs as they came.
+pub(crate) enum Frame {
+    /// The response started.
+    Open,
+    /// The `data` of a snapshot frame.
+    Snapshot(String),
+    /// The `data` of a journaled event and the source's `lastEventId` after it.
+    Event(String, String),
+    /// The `data` of a resync frame; the source is already closed.
+    Resync(String),
+    /// The stream's token expired; the source is already closed.
+    TokenExpired,
+    /// The browser is reconnecting by itself (it will send `Last-Event-ID`).
+    Retrying,
+    /// The browser gave up (an HTTP error answer): the source must be reopened.
+    Failed,
+}
+
+impl Frame {
+    /// The signal a data frame carries (`None` for the others).
+    pub(crate) fn parse(kind: &str, data: &str, last: &str) -> Option<Signal> {
+        Some(match kind {
+            "snapshot" => match json::read(data, codec::snapshot) {
+                Some(s) => Signal::Snapshot(Rc::new(s)),
+                None => Signal::Garbled(SNAPSHOT_EVENT),
+            },
+            "resync" => match json::read(data, codec::resync) {
+                Some(r) => Signal::Resync(r),
+                None => Signal::Garbled(RESYNC_EVENT),
+            },
+            "event" => match json::read(data, codec::event) {
+                Some(ev) => {
+                    let last = if last.is_empty() {
+                        ev.id.clone()
+                    } else {
+                        last.to_owned()
+                    };
+                    Signal::Event(Rc::new(ev), last)
+                }
+                None => Signal::Garbled("event"),
+            },
+            _ => return None,
+        })
+    }
 }
 
 type Listener = Closure<dyn FnMut(web_sys::Event)>;
@@ -38,7 +83,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(crate) fn open(url: &str, on: Rc<dyn Fn(Signal)>) -> Result<Stream, JsValue> {
+    pub(crate) fn open(url: &str, on: Rc<dyn Fn(Frame)>) -> Result<Stream, JsValue> {
         let source = EventSource::new(url)?;
         let mut stream = Stream {
             source,
@@ -46,17 +91,10 @@ impl Stream {
         };
 
         let h = on.clone();
-        stream.listen("open", move |_| h(Signal::Open));
+        stream.listen("open", move |_| h(Frame::Open));
 
         let h = on.clone();
-        stream.listen(SNAPSHOT_EVENT, move |e| {
-            h(
-                match data(&e).and_then(|d| json::read(&d, codec::snapshot)) {
-                    Some(s) => Signal::Snapshot(s),
-                    None => Signal::Garbled(SNAPSHOT_EVENT),
-                },
-            )
-        });
+        stream.listen(SNAPSHOT_EVENT, move |e| h(Frame::Snapshot(data(&e))));
 
         for kind in EVENT_KINDS {
             let h = on.clone();
@@ -65,13 +103,7 @@ impl Stream {
                     .dyn_ref::<MessageEvent>()
                     .map(|m| m.last_event_id())
                     .unwrap_or_default();
-                h(match data(&e).and_then(|d| json::read(&d, codec::event)) {
-                    Some(ev) => {
-                        let last = if last.is_empty() { ev.id.clone() } else { last };
-                        Signal::Event(Box::new(ev), last)
-                    }
-                    None => Signal::Garbled(kind),
-                })
+                h(Frame::Event(data(&e), last))
             });
         }
 
@@ -81,26 +113,36 @@ impl Stream {
             // Close here, inside the handler: otherwise the browser reconnects with the same
             // dead Last-Event-ID and is told the same thing forever.
             src.close();
-            h(match data(&e).and_then(|d| json::read(&d, codec::resync)) {
-                Some(r) => Signal::Resync(r),
-                None => Signal::Garbled(RESYNC_EVENT),
-            })
+            h(Frame::Resync(data(&e)))
+        });
+
+        let h = on.clone();
+        let src = stream.source.clone();
+        stream.listen(TOKEN_EXPIRED_EVENT, move |_| {
+            // The same: reconnecting with the expired token in the URL would only be refused.
+            src.close();
+            h(Frame::TokenExpired)
         });
 
         let h = on;
         let src = stream.source.clone();
         stream.listen("error", move |_| {
             h(if src.ready_state() == EventSource::CLOSED {
-                Signal::Failed
+                Frame::Failed
             } else {
-                Signal::Retrying
+                Frame::Retrying
             })
         });
         Ok(stream)
     }
 
     fn listen(&mut self, kind: &'static str, f: impl FnMut(web_sys::Event) + 'static) {
-        let closure = Listener::new(f);
+        self.listen_boxed(kind, Box::new(f));
+    }
+
+    /// Boxed: one copy of this code for every listener (package size).
+    fn listen_boxed(&mut self, kind: &'static str, f: Box<dyn FnMut(web_sys::Event)>) {
+        let closure = Listener::wrap(f);
         if self
             .source
             .add_event_listener_with_callback(kind, closure.as_ref().unchecked_ref())
@@ -109,14 +151,12 @@ impl Stream {
             self.listeners.push((kind, closure));
         }
     }
-
-    pub(crate) fn is_open(&self) -> bool {
-        self.source.ready_state() == EventSource::OPEN
-    }
 }
 
-fn data(e: &web_sys::Event) -> Option<String> {
-    e.dyn_ref::<MessageEvent>()?.data().as_string()
+fn data(e: &web_sys::Event) -> String {
+    e.dyn_ref::<MessageEvent>()
+        .and_then(|m| m.data().as_string())
+        .unwrap_or_default()
 }
 
 impl Drop for Stream {

@@ -331,3 +331,48 @@ proptest! {
         prop_assert_eq!(serde_json::from_str::<String>(&out).ok(), Some(s));
     }
 }
+
+#[test]
+fn relay_messages_round_trip() {
+    use crate::relay::{Relay, StreamState, Want};
+    let msgs = [
+        Relay::State {
+            generation: 123_456,
+            streams: vec![StreamState {
+                sid: "c-1.0".into(),
+                sessions: vec!["a".into(), "b \"q\"".into()],
+                from: "e1-5".into(),
+                open: true,
+            }],
+            hidden: false,
+        },
+        Relay::Frame {
+            sid: "c-1.0".into(),
+            kind: "event".into(),
+            data: r#"{"id":"e1-6","kind":"turn_started"}"#.into(),
+            last: "e1-6".into(),
+        },
+        Relay::Want {
+            tab: "c-2".into(),
+            generation: 7,
+            wants: vec![
+                Want {
+                    session: "a".into(),
+                    pos: "e1-6".into(),
+                    covered: Some("c-1.0".into()),
+                },
+                Want {
+                    session: "b".into(),
+                    pos: "e1-2".into(),
+                    covered: None,
+                },
+            ],
+        },
+        Relay::Bye { tab: "c-2".into() },
+    ];
+    for m in msgs {
+        let json: serde_json::Value =
+            serde_json::from_str(&relay_json(&m)).expect("relay_json writes JSON");
+        assert_eq!(relay(&json), Some(m));
+    }
+}

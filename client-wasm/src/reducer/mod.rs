@@ -95,6 +95,12 @@ pub struct Conversation {
     /// snapshot or a status check says they are still running (the stream then carries their
     /// end), an end learned from history or a status check marks them `recovered`.
     left_open: Keys,
+    /// Older messages exist before `oldest` (history's `has_more`).
+    has_more: bool,
+    /// Why the server refuses us, while `connection` is `Unauthorized`.
+    refusal: Option<EntryError>,
+    /// The oldest message of the history pages read, where an older page starts (`before`).
+    oldest: Option<String>,
     /// Bumped on every change, so a caller can tell "same view" cheaply.
     revision: u64,
     send_counter: u64,
@@ -114,6 +120,9 @@ impl Conversation {
             to_check: Keys::new(),
             checking: Keys::new(),
             left_open: Keys::new(),
+            has_more: false,
+            refusal: None,
+            oldest: None,
             revision: 0,
             send_counter: 0,
         }
@@ -190,7 +199,42 @@ impl Conversation {
         for m in &h.messages {
             changed |= self.absorb_message(m, None);
         }
+        // The first page read says where paging back starts; later reloads of the newest page
+        // (a resync, a conflict) do not move it back to the newest.
+        if self.oldest.is_none() && self.has_more != h.has_more {
+            self.has_more = h.has_more;
+            changed = true;
+        }
+        if self.oldest.is_none() {
+            self.oldest = h.messages.first().map(|m| m.message_id.clone());
+        }
         self.touch(changed)
+    }
+
+    /// A page of history older than what we have (`GET /history?before=`); returns how many
+    /// entries it added. Messages already shown are merged, never repeated.
+    pub fn apply_older(&mut self, h: &HistoryResponse) -> usize {
+        if h.session_id != self.session_id {
+            return 0;
+        }
+        let before = self.users.len() + self.turns.len();
+        let mut changed = false;
+        for m in &h.messages {
+            changed |= self.absorb_message(m, None);
+        }
+        if let Some(first) = h.messages.first() {
+            self.oldest = Some(first.message_id.clone());
+        }
+        let has_more = h.has_more && !h.messages.is_empty();
+        changed |= self.has_more != has_more;
+        self.has_more = has_more;
+        self.touch(changed);
+        self.users.len() + self.turns.len() - before
+    }
+
+    /// Where the next older page starts (`before`), while older messages exist.
+    pub fn older_than(&self) -> Option<&str> {
+        self.oldest.as_deref().filter(|_| self.has_more)
     }
 
     /// The active turns at the snapshot's cursor (first frame of a stream opened with snapshot=1).
@@ -459,8 +503,23 @@ impl Conversation {
     }
 
     pub fn set_connection(&mut self, c: Connection) -> bool {
-        let changed = self.connection != c;
+        let mut changed = self.connection != c;
         self.connection = c;
+        if c != Connection::Unauthorized && self.refusal.take().is_some() {
+            changed = true;
+        }
+        self.touch(changed)
+    }
+
+    /// The server keeps refusing our credentials: `unauthorized`, with its error.
+    pub fn set_unauthorized(&mut self, error: &ErrorDetail) -> bool {
+        let refusal = Some(EntryError {
+            code: error.code.clone(),
+            message: error.message.clone(),
+        });
+        let changed = self.refusal != refusal || self.connection != Connection::Unauthorized;
+        self.refusal = refusal;
+        self.connection = Connection::Unauthorized;
         self.touch(changed)
     }
 
@@ -608,6 +667,8 @@ impl Conversation {
             connection: self.connection,
             busy: self.turns.values().any(|a| !a.is_final()),
             gap: self.gap,
+            has_more: self.has_more,
+            error: self.refusal.clone(),
             messages: placed
                 .iter()
                 .map(|p| match p.entry {
@@ -669,6 +730,8 @@ impl Conversation {
                 self.checking.clear();
                 self.left_open.clear();
                 self.high_water = None;
+                self.oldest = None;
+                self.has_more = false;
                 if had {
                     self.gap = true;
                 }

@@ -292,6 +292,24 @@ impl SimSession {
         }
     }
 
+    /// `GET /history?limit=&before=` taken when the journal head was `c`: the newest `limit`
+    /// messages written before the message `before` (or overall), and whether older ones exist.
+    pub fn history_page(&self, c: i64, before: Option<&str>, limit: usize) -> HistoryResponse {
+        let mut all = self.history_at(c);
+        if let Some(b) = before {
+            let end = all
+                .messages
+                .iter()
+                .position(|m| m.message_id == b)
+                .unwrap_or(0);
+            all.messages.truncate(end);
+        }
+        let start = all.messages.len().saturating_sub(limit);
+        all.has_more = start > 0;
+        all.messages.drain(..start);
+        all
+    }
+
     /// The `snapshot` frame of a stream opened at `c`.
     pub fn snapshot_at(&self, c: i64) -> Snapshot {
         let mut active: Vec<ActiveTurn> = Vec::new();

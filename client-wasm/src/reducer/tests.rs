@@ -668,6 +668,7 @@ fn view_json_is_camel_case_with_closed_unions() {
         Connection::Reconnecting,
         Connection::Resyncing,
         Connection::Offline,
+        Connection::Unauthorized,
         Connection::Closed,
     ] {
         assert_eq!(

@@ -20,6 +20,8 @@ pub enum Connection {
     Resyncing,
     /// The browser reports no network.
     Offline,
+    /// The server keeps refusing the token (`getToken` was asked again and did not help).
+    Unauthorized,
     /// `close()` was called.
     Closed,
 }
@@ -32,6 +34,7 @@ impl Connection {
             Connection::Reconnecting => "reconnecting",
             Connection::Resyncing => "resyncing",
             Connection::Offline => "offline",
+            Connection::Unauthorized => "unauthorized",
             Connection::Closed => "closed",
         }
     }
@@ -141,6 +144,10 @@ pub struct View {
     pub busy: bool,
     /// The SDK knows something could not be recovered (a history resync, or a turn the server lost).
     pub gap: bool,
+    /// Older messages exist on the server (`loadOlder` pages them in).
+    pub has_more: bool,
+    /// The server's refusal while `connection` is `unauthorized`.
+    pub error: Option<EntryError>,
     pub messages: Vec<EntryView>,
 }
 

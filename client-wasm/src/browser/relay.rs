@@ -1,0 +1,51 @@
+//! The relay channel `turnstream-relay:<baseUrl>` between the tabs of one origin, carrying
+//! [`Relay`] messages as JSON text; anything on it that does not read is ignored.
+
+use std::rc::Rc;
+
+use wasm_bindgen::prelude::*;
+use web_sys::{BroadcastChannel, MessageEvent};
+
+use super::json;
+use crate::codec;
+use crate::relay::Relay;
+
+pub(crate) struct RelayChannel {
+    channel: BroadcastChannel,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+}
+
+impl RelayChannel {
+    /// `None` where the browser has no BroadcastChannel: each tab then streams for itself.
+    pub(crate) fn open(base_url: &str, on: Rc<dyn Fn(Relay)>) -> Option<Self> {
+        let channel = BroadcastChannel::new(&["turnstream-relay:", base_url].concat()).ok()?;
+        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+            if let Some(msg) = e
+                .data()
+                .as_string()
+                .and_then(|s| json::read(&s, codec::relay))
+            {
+                on(msg);
+            }
+        });
+        channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        Some(RelayChannel {
+            channel,
+            _on_message: on_message,
+        })
+    }
+
+    pub(crate) fn post(&self, msg: &Relay) {
+        // A closing channel throws; the tabs that stay notice the silence.
+        let _ = self
+            .channel
+            .post_message(&JsValue::from_str(&codec::relay_json(msg)));
+    }
+}
+
+impl Drop for RelayChannel {
+    fn drop(&mut self) {
+        self.channel.set_onmessage(None);
+        self.channel.close();
+    }
+}
