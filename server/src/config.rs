@@ -62,6 +62,8 @@ pub enum AgentKind {
     Demo,
     /// Any OpenAI-compatible chat-completions endpoint (key from OPENAI_API_KEY).
     Openai,
+    /// Worker processes claim turns over the worker API (needs a --service-key).
+    Worker,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -207,6 +209,15 @@ pub struct Config {
         action = clap::ArgAction::Set
     )]
     pub openai_include_usage: bool,
+    /// Seconds a worker's lease on a turn lasts after each accepted request (`--agent worker`);
+    /// a turn whose lease runs out ends `interrupted`.
+    #[arg(
+        long,
+        env = "TURNSTREAM_WORKER_LEASE_SECS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub worker_lease_secs: u64,
 }
 
 /// Reads `--openai-system-prompt-file` at startup, so a missing file stops the server with a
