@@ -457,7 +457,7 @@ async fn leases_survive_a_restart() -> TestResult {
     let (_, lease) = claim_one(&s, "w").await?;
     events(&s, &turn, &lease, 0, json!([response("cut")])).await?;
     s.kill9()?;
-    std::thread::sleep(Duration::from_millis(1100)); // the outage outlasts the 1 s lease
+    tokio::time::sleep(Duration::from_millis(1100)).await; // the outage outlasts the 1 s lease
     s.restart(None)?;
     let info = s.turn(&turn).await?;
     assert_eq!(
