@@ -322,6 +322,30 @@ mod tests {
     }
 
     #[test]
+    fn worker_mode_and_its_lease() {
+        assert_eq!(Config::defaults().worker_lease_secs, 30);
+        let parse = |lease: &str| {
+            Cli::try_parse_from([
+                "turnstream",
+                "serve",
+                "--agent",
+                "worker",
+                "--worker-lease-secs",
+                lease,
+            ])
+        };
+        let Ok(Cli {
+            command: Command::Serve(c),
+        }) = parse("5")
+        else {
+            panic!("flags do not parse");
+        };
+        assert_eq!((c.agent, c.worker_lease_secs), (AgentKind::Worker, 5));
+        assert!(parse("0").is_err(), "a lease of 0 s is refused");
+        assert!(parse("3601").is_err());
+    }
+
+    #[test]
     fn openai_flags_become_the_agent_options() -> Result<(), Box<dyn std::error::Error>> {
         let defaults = Config::defaults().openai_options();
         assert_eq!(defaults.idle_timeout, Duration::from_secs(300));
