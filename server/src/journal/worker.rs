@@ -124,6 +124,21 @@ fn end_leased(
     )
 }
 
+/// The oldest queued turns whose session has no running turn, at most one per session.
+fn claimable(conn: &Connection, max: usize) -> Result<Vec<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT t.turn_id FROM turns t WHERE t.state = 'queued'
+             AND NOT EXISTS (SELECT 1 FROM turns r
+                 WHERE r.session_id = t.session_id AND r.state = 'running')
+             AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
+                 WHERE q.session_id = t.session_id AND q.state = 'queued')
+             ORDER BY t.queued_seq LIMIT ?1",
+        )?
+        .query_map([max as i64], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?)
+}
+
 impl Journal {
     /// Hands out up to `max` of the oldest queued turns whose session has no running turn, at
     /// most one per session, each `running` under a new lease of `ttl` for `worker_id`.
@@ -134,21 +149,19 @@ impl Journal {
         ttl: std::time::Duration,
         history_limit: usize,
     ) -> Result<Vec<Claimed>> {
+        // Idle workers poll: look with a read first, so a claim that finds nothing costs the
+        // one writer nothing. The write looks again (another claim may have been first).
+        if self
+            .read(move |conn, _| claimable(conn, 1))
+            .await?
+            .is_empty()
+        {
+            return Ok(Vec::new());
+        }
         let worker_id = worker_id.to_string();
         let claimed = self
             .write(move |ctx| {
-                let ids: Vec<String> = ctx
-                    .conn
-                    .prepare_cached(
-                        "SELECT t.turn_id FROM turns t WHERE t.state = 'queued'
-                         AND NOT EXISTS (SELECT 1 FROM turns r
-                             WHERE r.session_id = t.session_id AND r.state = 'running')
-                         AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
-                             WHERE q.session_id = t.session_id AND q.state = 'queued')
-                         ORDER BY t.queued_seq LIMIT ?1",
-                    )?
-                    .query_map([max as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<_>>()?;
+                let ids = claimable(ctx.conn, max)?;
                 let mut out = Vec::with_capacity(ids.len());
                 for turn_id in ids {
                     let Some(mut turn) = turn_by_id(ctx.conn, &turn_id)? else {
