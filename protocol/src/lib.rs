@@ -7,6 +7,7 @@
 //! - [`api`]: request and response bodies of the REST endpoints, and the error shape.
 //! - [`sse`]: encoding and decoding of `text/event-stream` frames.
 //! - [`limits`]: the named limits both sides enforce.
+//! - [`worker`]: the worker API's bodies (claim, events, heartbeat, complete, fail).
 //!
 //! This crate depends on nothing of the project's own and compiles for the server and for wasm32.
 
@@ -15,6 +16,7 @@ pub mod cursor;
 pub mod event;
 pub mod limits;
 pub mod sse;
+pub mod worker;
 
 pub use api::*;
 pub use cursor::{Cursor, CursorError};

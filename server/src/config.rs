@@ -62,6 +62,8 @@ pub enum AgentKind {
     Demo,
     /// Any OpenAI-compatible chat-completions endpoint (key from OPENAI_API_KEY).
     Openai,
+    /// Worker processes claim turns over the worker API (needs a --service-key).
+    Worker,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -223,6 +225,15 @@ pub struct Config {
         default_value_t = 1000
     )]
     pub max_connections_per_ip: usize,
+    /// Seconds a worker's lease on a turn lasts after each accepted request (`--agent worker`);
+    /// a turn whose lease runs out ends `interrupted`.
+    #[arg(
+        long,
+        env = "TURNSTREAM_WORKER_LEASE_SECS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    pub worker_lease_secs: u64,
 }
 
 /// Reads `--openai-system-prompt-file` at startup, so a missing file stops the server with a
@@ -333,6 +344,30 @@ mod tests {
         assert_eq!(c.coalesce_ms, 0);
         assert_eq!(c.cors_origins, vec!["http://a", "http://b"]);
         assert_eq!(c.agent, AgentKind::Openai);
+    }
+
+    #[test]
+    fn worker_mode_and_its_lease() {
+        assert_eq!(Config::defaults().worker_lease_secs, 30);
+        let parse = |lease: &str| {
+            Cli::try_parse_from([
+                "turnstream",
+                "serve",
+                "--agent",
+                "worker",
+                "--worker-lease-secs",
+                lease,
+            ])
+        };
+        let Ok(Cli {
+            command: Command::Serve(c),
+        }) = parse("5")
+        else {
+            panic!("flags do not parse");
+        };
+        assert_eq!((c.agent, c.worker_lease_secs), (AgentKind::Worker, 5));
+        assert!(parse("0").is_err(), "a lease of 0 s is refused");
+        assert!(parse("3601").is_err());
     }
 
     #[test]

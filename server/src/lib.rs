@@ -7,6 +7,7 @@
 //! - [`hub`]: live fan-out of committed events to subscribers, with lag detection.
 //! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`).
 //! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
+//! - [`worker`] and [`lease`]: turns run by worker processes (`--agent worker`) under leases.
 //! - [`gateway`]: the HTTP routes and the SSE stream.
 //! - [`config`]: command-line and environment configuration.
 //! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
@@ -20,10 +21,12 @@ pub mod error;
 pub mod gateway;
 pub mod hub;
 pub mod journal;
+pub mod lease;
 pub mod metrics;
 pub mod runner;
 pub mod serve;
 pub mod slots;
+pub mod worker;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,7 +36,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{demo::DemoAgent, openai::OpenAiAgent, Agent};
+use crate::agent::{demo::DemoAgent, openai::OpenAiAgent, worker::WorkerAgent, Agent};
 use crate::config::{AgentKind, Config};
 use crate::error::Result;
 use crate::journal::Journal;
@@ -75,6 +78,7 @@ pub fn agent_from_config(config: &Config) -> Arc<dyn Agent> {
             std::env::var("OPENAI_API_KEY").ok(),
             config.openai_options(),
         )),
+        AgentKind::Worker => Arc::new(WorkerAgent),
     }
 }
 
@@ -101,15 +105,20 @@ pub async fn run(
     journal
         .hub()
         .set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));
-    let runner = Runner::new(
-        journal.clone(),
-        agent,
-        RunnerConfig {
-            coalesce: config.coalesce(),
-            max_concurrent_turns: config.max_concurrent_turns,
-            max_turns_per_client: config.turns_per_client(),
-        },
-    );
+    let runner_config = RunnerConfig {
+        coalesce: config.coalesce(),
+        max_concurrent_turns: config.max_concurrent_turns,
+        max_turns_per_client: config.turns_per_client(),
+    };
+    let runner = match config.agent {
+        AgentKind::Worker => Runner::for_workers(
+            journal.clone(),
+            agent,
+            runner_config,
+            Duration::from_secs(config.worker_lease_secs),
+        ),
+        _ => Runner::new(journal.clone(), agent, runner_config),
+    };
     runner.start().await?;
     let state = gateway::AppState {
         journal: journal.clone(),

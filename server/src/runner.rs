@@ -17,11 +17,12 @@ use crate::error::{Error, Result, StorageFault};
 use crate::journal::{floor_char_boundary, Journal, TurnRow};
 use crate::lock;
 use crate::slots::TurnSlots;
+use crate::worker::Dispatch;
 
 /// Largest delta journaled as one event; longer agent output is split, never cut.
-const MAX_DELTA_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_DELTA_BYTES: usize = 16 * 1024;
 /// Messages of history handed to an agent as context.
-const AGENT_HISTORY: usize = 50;
+pub(crate) const AGENT_HISTORY: usize = 50;
 /// Longest a cancel waits for a running turn to end.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// First wait before a write the storage refused (a turn's end, a turn's start) is tried again;
@@ -90,10 +91,31 @@ pub struct Runner {
     /// Ends running turns `interrupted` (after the shutdown grace period).
     interrupt: CancellationToken,
     tasks: TaskTracker,
+    /// Set with `--agent worker`: worker processes claim turns, this runner starts none.
+    workers: Option<Arc<Dispatch>>,
 }
 
 impl Runner {
     pub fn new(journal: Journal, agent: Arc<dyn Agent>, config: RunnerConfig) -> Arc<Runner> {
+        Self::build(journal, agent, config, None)
+    }
+
+    /// A runner whose turns worker processes claim (`--agent worker`), with leases of `lease`.
+    pub fn for_workers(
+        journal: Journal,
+        agent: Arc<dyn Agent>,
+        config: RunnerConfig,
+        lease: Duration,
+    ) -> Arc<Runner> {
+        Self::build(journal, agent, config, Some(Arc::new(Dispatch::new(lease))))
+    }
+
+    fn build(
+        journal: Journal,
+        agent: Arc<dyn Agent>,
+        config: RunnerConfig,
+        workers: Option<Arc<Dispatch>>,
+    ) -> Arc<Runner> {
         Arc::new(Runner {
             journal,
             agent,
@@ -105,7 +127,13 @@ impl Runner {
             stopping: CancellationToken::new(),
             interrupt: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            workers,
         })
+    }
+
+    /// Worker mode's state, if this runner leaves turns to worker processes.
+    pub fn workers(&self) -> Option<&Arc<Dispatch>> {
+        self.workers.as_ref()
     }
 
     /// Recovers from a crash and starts the turns left queued.
@@ -118,6 +146,18 @@ impl Runner {
                 "recovered turns left running by a crash"
             );
         }
+        // A worker's turn ends once its lease is over, here or on a later sweep; without
+        // workers, nothing will renew a lease left by an earlier run.
+        if let Some(dispatch) = &self.workers {
+            self.journal.expire_leases(crate::journal::now_ms()).await?;
+            self.tasks.spawn(crate::worker::sweep_leases(
+                self.journal.clone(),
+                dispatch.clone(),
+                self.stopping.clone(),
+            ));
+            return Ok(());
+        }
+        self.journal.expire_leases(i64::MAX).await?;
         for session in self.journal.sessions_with_queued_turns().await? {
             self.kick(&session);
         }
@@ -132,6 +172,10 @@ impl Runner {
     /// Tells the session's worker to look for queued turns, starting one if needed.
     pub fn kick(self: &Arc<Self>, session_id: &str) {
         if self.stopping.is_cancelled() {
+            return;
+        }
+        if let Some(dispatch) = &self.workers {
+            dispatch.notify();
             return;
         }
         let mut sessions = lock(&self.sessions);
@@ -366,6 +410,18 @@ impl Runner {
                 return Ok(TurnState::Cancelled);
             }
         }
+        if let Some(dispatch) = &self.workers {
+            // A worker's turn ends now with the text accepted so far; the worker learns it from
+            // its next request.
+            if self.journal.is_leased(turn_id).await?
+                && self
+                    .journal
+                    .end_leased_turn(turn_id, TurnState::Cancelled)
+                    .await?
+            {
+                dispatch.notify();
+            }
+        }
         let running = lock(&self.running)
             .get(turn_id)
             .map(|r| (r.cancel.clone(), r.phase.clone()));
@@ -413,6 +469,9 @@ impl Runner {
     /// rest `interrupted`. Queued turns stay queued and run after the next start.
     pub async fn shutdown(&self, grace: Duration) {
         self.stopping.cancel();
+        if let Some(dispatch) = &self.workers {
+            dispatch.notify();
+        }
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())
             .await

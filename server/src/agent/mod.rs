@@ -3,6 +3,7 @@
 
 pub mod demo;
 pub mod openai;
+pub mod worker;
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;

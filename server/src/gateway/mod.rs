@@ -6,6 +6,7 @@ mod error;
 mod origin;
 mod quota;
 mod stream;
+mod worker;
 mod www;
 
 pub use access::ACCESS_TOKEN_PARAM;
@@ -72,6 +73,7 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
         .route("/stream", get(stream::stream))
         .route("/turns/{turn}", get(turn))
         .route("/turns/{turn}/cancel", post(cancel))
+        .nest("/worker", worker::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Outermost first: a cross-site request is refused before its credential is looked at.

@@ -12,12 +12,14 @@ mod replay;
 mod retention;
 pub mod schema;
 mod store;
+mod worker;
 mod writer;
 
 pub use health::{Failing, WriteHealth};
 pub use payload::floor_char_boundary;
 pub use replay::{Page, StreamStart};
 pub use store::{Accepted, TurnRow};
+pub use worker::{Claimed, LeasedTurn, Refusal, WorkerOp};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -87,6 +87,15 @@ ALTER TABLE turns ADD COLUMN usage TEXT;
     r#"
 ALTER TABLE messages ADD COLUMN author TEXT;
 "#,
+    // v4 (contract v1.1): the lease of a turn a worker process runs (see `lease.rs`), and the
+    // last `seq` of its output accepted, written with that output so a retry appends nothing.
+    r#"
+ALTER TABLE turns ADD COLUMN lease_token TEXT;
+ALTER TABLE turns ADD COLUMN lease_owner TEXT;
+ALTER TABLE turns ADD COLUMN lease_expires_at INTEGER;
+ALTER TABLE turns ADD COLUMN worker_seq INTEGER NOT NULL DEFAULT -1;
+CREATE INDEX turns_leased ON turns(lease_expires_at) WHERE state = 'running' AND lease_token IS NOT NULL;
+"#,
 ];
 
 /// The schema version this build writes.

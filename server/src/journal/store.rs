@@ -78,10 +78,10 @@ pub(super) fn in_list(n: usize) -> String {
     s
 }
 
-const MESSAGE_COLUMNS: &str =
+pub(super) const MESSAGE_COLUMNS: &str =
     "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author";
 
-fn message_from_row(r: &rusqlite::Row<'_>, epoch: &str) -> rusqlite::Result<Message> {
+pub(super) fn message_from_row(r: &rusqlite::Row<'_>, epoch: &str) -> rusqlite::Result<Message> {
     let role: String = r.get(2)?;
     let status: String = r.get(4)?;
     Ok(Message {
@@ -101,7 +101,11 @@ fn message_from_row(r: &rusqlite::Row<'_>, epoch: &str) -> rusqlite::Result<Mess
     })
 }
 
-fn message_by_id(conn: &Connection, epoch: &str, message_id: &str) -> Result<Option<Message>> {
+pub(super) fn message_by_id(
+    conn: &Connection,
+    epoch: &str,
+    message_id: &str,
+) -> Result<Option<Message>> {
     Ok(conn
         .prepare_cached(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE message_id = ?1"
@@ -131,7 +135,7 @@ pub(super) fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TurnRow,
     ))
 }
 
-fn turn_by_id(conn: &Connection, turn_id: &str) -> Result<Option<TurnRow>> {
+pub(super) fn turn_by_id(conn: &Connection, turn_id: &str) -> Result<Option<TurnRow>> {
     let row = conn
         .prepare_cached(&format!(
             "SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?1"
@@ -494,14 +498,15 @@ impl Journal {
         .await
     }
 
-    /// After a crash: every turn left `running` ends `interrupted` with its partial text, unless
+    /// After a crash: every turn left `running` ends `interrupted` with its partial text (a
+    /// worker's turn only once its lease expires: see [`Journal::expire_leases`]), unless
     /// its `turn_ended` is already journaled, in which case only the projection is repaired.
     /// Returns how many turns were interrupted and how many repaired.
     pub async fn recover_after_crash(&self) -> Result<(usize, usize)> {
         let (interrupted, repaired) = self.write(|ctx| {
             let running: Vec<String> = ctx
                 .conn
-                .prepare("SELECT turn_id FROM turns WHERE state = 'running'")?
+                .prepare("SELECT turn_id FROM turns WHERE state = 'running' AND lease_token IS NULL")?
                 .query_map([], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?;
             let (mut interrupted, mut repaired) = (0, 0);
@@ -541,7 +546,7 @@ impl Journal {
     }
 }
 
-fn end_turn_in(
+pub(super) fn end_turn_in(
     ctx: &mut WriteCtx<'_>,
     turn_id: &str,
     state: TurnState,

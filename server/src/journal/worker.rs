@@ -1,0 +1,418 @@
+//! Turns run by worker processes, in storage: claiming queued turns under a lease, appending a
+//! worker's output with its `seq` in the same transaction (so a retry appends nothing), renewing,
+//! and ending turns, fenced by the lease token. Every check and change of one request is one
+//! write transaction, so racing requests (two claims, a cancel and a complete) are ordered.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use turnstream_protocol::worker::NO_SEQ;
+use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
+
+use super::store::{
+    end_turn_in, fold_turn, message_by_id, message_from_row, turn_by_id, MESSAGE_COLUMNS,
+};
+use super::{Journal, TurnRow, WriteCtx};
+use crate::error::{Error, Result};
+use crate::lease::{Lease, LeaseError};
+
+/// A turn a claim handed out.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub turn: TurnRow,
+    pub user_message: Message,
+    pub history: Vec<Message>,
+    pub lease: Lease,
+}
+
+/// Where a leased turn stands after an accepted request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasedTurn {
+    pub acked_seq: i64,
+    pub state: TurnState,
+    pub lease_expires_at: i64,
+}
+
+/// Why a worker's request on a turn was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NotFound,
+    /// The lease expired (the turn ended `interrupted`) or names another claim.
+    LeaseLost,
+    /// The turn was cancelled; the worker should stop.
+    Cancelled,
+    /// The `seq` is not the next one; `acked` is the last accepted.
+    SeqGap {
+        acked: i64,
+    },
+    /// The worker already ended the turn (`completed` or `failed`) and this is not a repeat.
+    Ended {
+        state: TurnState,
+    },
+}
+
+/// What a worker request asks of a leased turn.
+#[derive(Debug, Clone)]
+pub enum WorkerOp {
+    /// Append these (already coalesced) events as request `seq`.
+    Events { seq: i64, events: Vec<EventBody> },
+    /// Renew the lease and say the turn's state.
+    Heartbeat,
+    /// End the turn (`completed` or `failed`) as request `seq`.
+    Finish {
+        seq: i64,
+        state: TurnState,
+        error: Option<String>,
+    },
+}
+
+/// A turn's row with its lease and acked seq.
+struct Leased {
+    turn: TurnRow,
+    lease: Option<Lease>,
+    acked: i64,
+}
+
+fn load(conn: &Connection, turn_id: &str) -> Result<Option<Leased>> {
+    let Some(turn) = turn_by_id(conn, turn_id)? else {
+        return Ok(None);
+    };
+    let (token, owner, expires_at, acked): (Option<String>, Option<String>, Option<i64>, i64) =
+        conn.prepare_cached(
+            "SELECT lease_token, lease_owner, lease_expires_at, worker_seq FROM turns WHERE turn_id = ?1",
+        )?
+        .query_row([turn_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+    let lease = match (token, expires_at) {
+        (Some(token), Some(expires_at)) => Some(Lease {
+            token,
+            owner: owner.unwrap_or_default(),
+            expires_at,
+        }),
+        _ => None,
+    };
+    Ok(Some(Leased { turn, lease, acked }))
+}
+
+/// Ends a leased turn with the text its journaled response deltas make (so the end is right
+/// after a restart too), after marking every tool call still open `failed`. `None` if the turn
+/// had already ended.
+fn end_leased(
+    ctx: &mut WriteCtx<'_>,
+    turn: &TurnRow,
+    state: TurnState,
+    error: Option<String>,
+) -> Result<Option<Message>> {
+    if turn.state != TurnState::Running {
+        return Ok(None);
+    }
+    let progress = fold_turn(ctx.conn, turn, i64::MAX)?;
+    for mut call in progress.tools {
+        if matches!(call.status, ToolStatus::Started | ToolStatus::Progress) {
+            call.status = ToolStatus::Failed;
+            call.input_preview = None;
+            call.output_preview = None;
+            ctx.append(&turn.session_id, Some(&turn.turn_id), |_| {
+                EventBody::Tool(call)
+            })?;
+        }
+    }
+    end_turn_in(
+        ctx,
+        &turn.turn_id,
+        state,
+        progress.text,
+        error,
+        &[TurnState::Running],
+    )
+}
+
+/// The oldest queued turns whose session has no running turn, at most one per session.
+fn claimable(conn: &Connection, max: usize) -> Result<Vec<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT t.turn_id FROM turns t WHERE t.state = 'queued'
+             AND NOT EXISTS (SELECT 1 FROM turns r
+                 WHERE r.session_id = t.session_id AND r.state = 'running')
+             AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
+                 WHERE q.session_id = t.session_id AND q.state = 'queued')
+             ORDER BY t.queued_seq LIMIT ?1",
+        )?
+        .query_map([max as i64], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?)
+}
+
+impl Journal {
+    /// Hands out up to `max` of the oldest queued turns whose session has no running turn, at
+    /// most one per session, each `running` under a new lease of `ttl` for `worker_id`.
+    pub async fn claim_turns(
+        &self,
+        worker_id: &str,
+        max: usize,
+        ttl: std::time::Duration,
+        history_limit: usize,
+    ) -> Result<Vec<Claimed>> {
+        // Idle workers poll: look with a read first, so a claim that finds nothing costs the
+        // one writer nothing. The write looks again (another claim may have been first).
+        if self
+            .read(move |conn, _| claimable(conn, 1))
+            .await?
+            .is_empty()
+        {
+            return Ok(Vec::new());
+        }
+        let worker_id = worker_id.to_string();
+        let claimed = self
+            .write(move |ctx| {
+                let ids = claimable(ctx.conn, max)?;
+                let mut out = Vec::with_capacity(ids.len());
+                for turn_id in ids {
+                    let Some(mut turn) = turn_by_id(ctx.conn, &turn_id)? else {
+                        continue;
+                    };
+                    let lease = Lease::grant(&worker_id, ttl, ctx.now);
+                    let seq = ctx.append(&turn.session_id, Some(&turn_id), |_| {
+                        EventBody::TurnStarted {}
+                    })?;
+                    let n = ctx
+                        .conn
+                        .prepare_cached(
+                            "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
+                                 lease_token = ?4, lease_owner = ?5, lease_expires_at = ?6,
+                                 worker_seq = ?7
+                             WHERE turn_id = ?1 AND state = 'queued'",
+                        )?
+                        .execute(params![
+                            turn_id,
+                            ctx.now,
+                            seq,
+                            lease.token,
+                            lease.owner,
+                            lease.expires_at,
+                            NO_SEQ
+                        ])?;
+                    if n != 1 {
+                        return Err(Error::Corrupt("turn changed state during claim".into()));
+                    }
+                    turn.state = TurnState::Running;
+                    turn.started_at = Some(ctx.now);
+                    let user_message =
+                        message_by_id(ctx.conn, ctx.epoch, &turn.user_message_id)?
+                            .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
+                    let mut history: Vec<Message> = ctx
+                        .conn
+                        .prepare_cached(&format!(
+                            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1
+                             AND position < (SELECT position FROM messages WHERE message_id = ?2)
+                             ORDER BY position DESC LIMIT ?3"
+                        ))?
+                        .query_map(
+                            params![turn.session_id, turn.user_message_id, history_limit as i64],
+                            |r| message_from_row(r, ctx.epoch),
+                        )?
+                        .collect::<rusqlite::Result<_>>()?;
+                    history.reverse();
+                    out.push(Claimed {
+                        turn,
+                        user_message,
+                        history,
+                        lease,
+                    });
+                }
+                Ok(out)
+            })
+            .await?;
+        self.metrics()
+            .turns_started
+            .fetch_add(claimed.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(claimed)
+    }
+
+    /// Runs one worker request on a leased turn, fenced by `token`; every accepted request
+    /// renews the lease to `ttl` from now. A lease found expired ends the turn `interrupted`
+    /// here and now (exactly once: the end is conditional on `running`).
+    pub async fn worker_request(
+        &self,
+        turn_id: &str,
+        token: &str,
+        ttl: std::time::Duration,
+        op: WorkerOp,
+    ) -> Result<std::result::Result<LeasedTurn, Refusal>> {
+        let turn_id = turn_id.to_string();
+        let token = token.to_string();
+        let (answer, ended) = self
+            .write(move |ctx| {
+                let Some(row) = load(ctx.conn, &turn_id)? else {
+                    return Ok((Err(Refusal::NotFound), false));
+                };
+                let Some(mut lease) = row.lease.clone() else {
+                    return Ok((Err(Refusal::LeaseLost), false));
+                };
+                let expired = match lease.check(&token, ctx.now) {
+                    Err(LeaseError::Mismatch) => return Ok((Err(Refusal::LeaseLost), false)),
+                    Err(LeaseError::Expired) => true,
+                    Ok(()) => false,
+                };
+                let here = |state| LeasedTurn {
+                    acked_seq: row.acked,
+                    state,
+                    lease_expires_at: lease.expires_at,
+                };
+                match row.turn.state {
+                    TurnState::Running => {}
+                    TurnState::Cancelled => {
+                        return Ok((
+                            match op {
+                                WorkerOp::Heartbeat => Ok(here(TurnState::Cancelled)),
+                                _ => Err(Refusal::Cancelled),
+                            },
+                            false,
+                        ))
+                    }
+                    s @ (TurnState::Completed | TurnState::Failed) => {
+                        let repeat = match op {
+                            WorkerOp::Heartbeat => true,
+                            WorkerOp::Events { seq, .. } => seq <= row.acked,
+                            WorkerOp::Finish { seq, .. } => seq == row.acked,
+                        };
+                        return Ok((
+                            if repeat {
+                                Ok(here(s))
+                            } else {
+                                Err(Refusal::Ended { state: s })
+                            },
+                            false,
+                        ));
+                    }
+                    TurnState::Interrupted | TurnState::Queued => {
+                        return Ok((Err(Refusal::LeaseLost), false))
+                    }
+                }
+                if expired {
+                    let ended = end_leased(ctx, &row.turn, TurnState::Interrupted, None)?.is_some();
+                    return Ok((Err(Refusal::LeaseLost), ended));
+                }
+                let next = row.acked + 1;
+                let mut acked = row.acked;
+                let mut state = TurnState::Running;
+                match op {
+                    WorkerOp::Heartbeat => {}
+                    WorkerOp::Events { seq, .. } if seq <= row.acked => {}
+                    WorkerOp::Events { seq, .. } | WorkerOp::Finish { seq, .. } if seq != next => {
+                        return Ok((Err(Refusal::SeqGap { acked: row.acked }), false));
+                    }
+                    WorkerOp::Events { seq, events } => {
+                        for body in events {
+                            ctx.append(&row.turn.session_id, Some(&turn_id), |_| body)?;
+                        }
+                        acked = seq;
+                    }
+                    WorkerOp::Finish {
+                        seq,
+                        state: end,
+                        error,
+                    } => {
+                        end_leased(ctx, &row.turn, end, error)?;
+                        acked = seq;
+                        state = end;
+                    }
+                }
+                lease.renew(ttl, ctx.now);
+                ctx.conn
+                    .prepare_cached(
+                        "UPDATE turns SET worker_seq = ?3, lease_expires_at = ?4
+                         WHERE turn_id = ?1 AND lease_token = ?2",
+                    )?
+                    .execute(params![turn_id, lease.token, acked, lease.expires_at])?;
+                let ended = state != TurnState::Running;
+                Ok((
+                    Ok(LeasedTurn {
+                        acked_seq: acked,
+                        state,
+                        lease_expires_at: lease.expires_at,
+                    }),
+                    ended,
+                ))
+            })
+            .await?;
+        if ended {
+            self.metrics()
+                .turns_ended
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(answer)
+    }
+
+    /// Ends a worker's running turn in `state` now, with the text accepted so far, whoever holds
+    /// its lease (a cancel does not wait for the worker). `false` if it was not running.
+    pub async fn end_leased_turn(&self, turn_id: &str, state: TurnState) -> Result<bool> {
+        let turn_id = turn_id.to_string();
+        let ended = self
+            .write(move |ctx| {
+                let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
+                    return Err(Error::NotFound { what: "turn" });
+                };
+                Ok(end_leased(ctx, &turn, state, None)?.is_some())
+            })
+            .await?;
+        if ended {
+            self.metrics()
+                .turns_ended
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(ended)
+    }
+
+    /// Ends `interrupted` every running turn whose lease expired by `now_ms` (`i64::MAX`: every
+    /// leased turn, for a server that runs no workers). Returns how many ended.
+    pub async fn expire_leases(&self, now_ms: i64) -> Result<usize> {
+        let due: i64 = self
+            .read(move |conn, _| {
+                Ok(conn
+                    .prepare_cached(
+                        "SELECT COUNT(*) FROM turns WHERE state = 'running'
+                         AND lease_token IS NOT NULL AND lease_expires_at <= ?1",
+                    )?
+                    .query_row([now_ms], |r| r.get(0))?)
+            })
+            .await?;
+        if due == 0 {
+            return Ok(0);
+        }
+        let ended = self
+            .write(move |ctx| {
+                let ids: Vec<String> = ctx
+                    .conn
+                    .prepare_cached(
+                        "SELECT turn_id FROM turns WHERE state = 'running'
+                         AND lease_token IS NOT NULL AND lease_expires_at <= ?1",
+                    )?
+                    .query_map([now_ms], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                let mut ended = 0;
+                for id in ids {
+                    if let Some(turn) = turn_by_id(ctx.conn, &id)? {
+                        if end_leased(ctx, &turn, TurnState::Interrupted, None)?.is_some() {
+                            ended += 1;
+                        }
+                    }
+                }
+                Ok(ended)
+            })
+            .await?;
+        self.metrics()
+            .turns_ended
+            .fetch_add(ended as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(ended)
+    }
+
+    /// Whether a turn is held by a worker's lease.
+    pub async fn is_leased(&self, turn_id: &str) -> Result<bool> {
+        let turn_id = turn_id.to_string();
+        self.read(move |conn, _| {
+            let token: Option<Option<String>> = conn
+                .prepare_cached("SELECT lease_token FROM turns WHERE turn_id = ?1")?
+                .query_row([turn_id], |r| r.get(0))
+                .optional()?;
+            Ok(matches!(token, Some(Some(_))))
+        })
+        .await
+    }
+}

@@ -1,0 +1,176 @@
+//! Turns run by worker processes (`--agent worker`): the runner starts no agent; workers claim
+//! queued turns over HTTP under a lease (see [`crate::lease`]). This owns what the runner does
+//! for them: waking waiting claims, coalescing a worker's events as a built-in agent's output
+//! is, and ending turns whose lease ran out.
+
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use turnstream_protocol::worker::WorkerEvent;
+use turnstream_protocol::EventBody;
+
+use crate::journal::{floor_char_boundary, now_ms, Journal};
+use crate::runner::MAX_DELTA_BYTES;
+
+/// How often expired leases are looked for: how late past its expiry a silent worker's turn
+/// may end (a request on it ends it at once).
+const SWEEP_EVERY: Duration = Duration::from_millis(250);
+
+/// Worker mode's shared state.
+#[derive(Debug)]
+pub struct Dispatch {
+    /// How long a lease lasts after each accepted request.
+    pub lease: Duration,
+    /// Told whenever a turn may have become claimable (queued, or its session freed).
+    ready: Notify,
+}
+
+impl Dispatch {
+    pub fn new(lease: Duration) -> Dispatch {
+        Dispatch {
+            lease,
+            ready: Notify::new(),
+        }
+    }
+
+    /// Wakes every waiting claim to look again.
+    pub fn notify(&self) {
+        self.ready.notify_waiters();
+    }
+
+    /// A wake-up to wait on; create (and enable) it before looking, so none is missed.
+    pub fn ready(&self) -> tokio::sync::futures::Notified<'_> {
+        self.ready.notified()
+    }
+}
+
+/// A worker's events as journal bodies, coalesced like a built-in agent's output: consecutive
+/// deltas of one kind merge, a delta longer than the journal's largest is split (never cut),
+/// empty deltas vanish, tool updates keep their place.
+pub fn coalesce(events: Vec<WorkerEvent>) -> Vec<EventBody> {
+    let mut out = Vec::new();
+    let mut pending: Option<(bool, String)> = None;
+    let flush = |pending: &mut Option<(bool, String)>, out: &mut Vec<EventBody>| {
+        let Some((thinking, mut buf)) = pending.take() else {
+            return;
+        };
+        while !buf.is_empty() {
+            let cut = if buf.len() > MAX_DELTA_BYTES {
+                floor_char_boundary(&buf, MAX_DELTA_BYTES)
+            } else {
+                buf.len()
+            };
+            let rest = buf.split_off(cut);
+            out.push(if thinking {
+                EventBody::Thinking { delta: buf }
+            } else {
+                EventBody::ResponseDelta { delta: buf }
+            });
+            buf = rest;
+        }
+    };
+    for event in events {
+        let (thinking, delta) = match event {
+            WorkerEvent::Thinking { delta } => (true, delta),
+            WorkerEvent::Response { delta } => (false, delta),
+            WorkerEvent::Tool(call) => {
+                flush(&mut pending, &mut out);
+                out.push(EventBody::Tool(call));
+                continue;
+            }
+        };
+        if delta.is_empty() {
+            continue;
+        }
+        match &mut pending {
+            Some((k, buf)) if *k == thinking => buf.push_str(&delta),
+            _ => {
+                flush(&mut pending, &mut out);
+                pending = Some((thinking, delta));
+            }
+        }
+    }
+    flush(&mut pending, &mut out);
+    out
+}
+
+/// Ends `interrupted` the turns whose lease ran out, until `stopping`.
+pub(crate) async fn sweep_leases(
+    journal: Journal,
+    dispatch: std::sync::Arc<Dispatch>,
+    stopping: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopping.cancelled() => return,
+        }
+        match journal.expire_leases(now_ms()).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!(
+                    turns = n,
+                    "worker leases expired; their turns ended interrupted"
+                );
+                dispatch.notify();
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot end turns with expired leases"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use turnstream_protocol::{ToolCall, ToolStatus};
+
+    fn response(d: &str) -> WorkerEvent {
+        WorkerEvent::Response { delta: d.into() }
+    }
+
+    #[test]
+    fn merges_runs_and_keeps_tool_order() {
+        let tool = ToolCall {
+            call_id: "c".into(),
+            name: "clock".into(),
+            status: ToolStatus::Started,
+            input_preview: None,
+            output_preview: None,
+        };
+        let out = coalesce(vec![
+            WorkerEvent::Thinking { delta: "a".into() },
+            WorkerEvent::Thinking { delta: "b".into() },
+            response(""),
+            WorkerEvent::Tool(tool.clone()),
+            response("x"),
+            response("y"),
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                EventBody::Thinking { delta: "ab".into() },
+                EventBody::Tool(tool),
+                EventBody::ResponseDelta { delta: "xy".into() },
+            ]
+        );
+    }
+
+    #[test]
+    fn splits_long_deltas_on_char_boundaries() {
+        let long = "é".repeat(MAX_DELTA_BYTES);
+        let out = coalesce(vec![response(&long)]);
+        let mut joined = String::new();
+        for body in &out {
+            let EventBody::ResponseDelta { delta } = body else {
+                panic!("unexpected {body:?}");
+            };
+            assert!(delta.len() <= MAX_DELTA_BYTES);
+            joined.push_str(delta);
+        }
+        assert_eq!(joined, long);
+        assert_eq!(out.len(), 2);
+    }
+}
