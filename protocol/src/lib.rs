@@ -9,6 +9,7 @@
 //! - [`limits`]: the named limits both sides enforce.
 //!
 //! This crate depends on nothing of the project's own and compiles for the server and for wasm32.
+//! The `openapi` feature (the server's, never the SDK's) derives a JSON Schema for every wire type.
 
 pub mod api;
 pub mod cursor;

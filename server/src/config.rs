@@ -207,6 +207,15 @@ pub struct Config {
         action = clap::ArgAction::Set
     )]
     pub openai_include_usage: bool,
+    /// Log lines as `text` (coloured only on a terminal) or `json` (one object per line);
+    /// `RUST_LOG` sets what is logged.
+    #[arg(
+        long,
+        env = "TURNSTREAM_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// Reads `--openai-system-prompt-file` at startup, so a missing file stops the server with a

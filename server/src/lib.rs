@@ -9,6 +9,7 @@
 //! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
 //! - [`gateway`]: the HTTP routes and the SSE stream.
 //! - [`config`]: command-line and environment configuration.
+//! - [`logging`]: text or JSON log lines, and the per-request and per-turn targets.
 
 pub mod agent;
 pub mod auth;
@@ -17,6 +18,7 @@ pub mod error;
 pub mod gateway;
 pub mod hub;
 pub mod journal;
+pub mod logging;
 pub mod metrics;
 pub mod runner;
 pub mod serve;
