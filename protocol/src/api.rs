@@ -7,6 +7,7 @@ use crate::event::{ToolCall, TurnState};
 /// Response header of `GET /history` carrying the snapshot's cursor.
 pub const CURSOR_HEADER: &str = "X-Turnstream-Cursor";
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
@@ -16,6 +17,7 @@ pub enum Role {
 
 /// Status of a message in history. Assistant messages are written by the server only, once, when
 /// their turn ends.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageStatus {
@@ -59,6 +61,7 @@ impl MessageStatus {
 }
 
 /// A message of chat history.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub message_id: String,
@@ -78,6 +81,7 @@ pub struct Message {
 }
 
 /// Body of `POST /api/sessions/{session}/messages`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PostMessageRequest {
     pub content: String,
@@ -89,6 +93,7 @@ pub struct PostMessageRequest {
 }
 
 /// Answer of `POST /api/sessions/{session}/messages` (202 when created, 200 on an idempotent retry).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PostMessageResponse {
     pub message_id: String,
@@ -99,6 +104,7 @@ pub struct PostMessageResponse {
 }
 
 /// Answer of `GET /api/sessions/{session}/history`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryResponse {
     pub session_id: String,
@@ -112,6 +118,7 @@ pub struct HistoryResponse {
 }
 
 /// Answer of `GET /api/turns/{turn}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnInfo {
     pub turn_id: String,
@@ -136,6 +143,7 @@ pub struct TurnInfo {
 }
 
 /// Token counts of one turn, as an OpenAI-compatible server reports them.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     #[serde(default)]
@@ -147,6 +155,7 @@ pub struct Usage {
 }
 
 /// Answer of `POST /api/turns/{turn}/cancel`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CancelResponse {
     pub turn_id: String,
@@ -154,6 +163,7 @@ pub struct CancelResponse {
 }
 
 /// Answer of `DELETE /api/sessions/{session}/realtime`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClearRealtimeResponse {
     pub session_id: String,
@@ -161,11 +171,13 @@ pub struct ClearRealtimeResponse {
 }
 
 /// Every error: `{"error": {"code": "snake_case", "message": "..."}}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorDetail {
     pub code: String,

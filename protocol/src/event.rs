@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::api::Message;
 
 /// One journaled event, as sent in the `data:` line of the stream (its `id:` line is [`Event::id`]).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// The cursor of this event; the same string as the SSE `id:` line.
@@ -22,6 +23,7 @@ pub struct Event {
 }
 
 /// The kind-specific part of an event; `kind` is the SSE `event:` name.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventBody {
@@ -73,6 +75,7 @@ pub const EVENT_KINDS: [&str; 7] = [
 ];
 
 /// A tool call as reported by a `tool` event, and as folded into a snapshot (latest status wins).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub call_id: String,
@@ -84,6 +87,7 @@ pub struct ToolCall {
     pub output_preview: Option<String>,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolStatus {
@@ -94,6 +98,7 @@ pub enum ToolStatus {
 }
 
 /// A string field cut to fit the payload cap.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Truncation {
     /// Dotted path of the field within the event, e.g. `output_preview` or `message.content`.
@@ -103,6 +108,7 @@ pub struct Truncation {
 }
 
 /// Where a turn is in its life. Exactly one `turn_ended` moves it to a terminal state.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnState {
@@ -144,6 +150,7 @@ impl TurnState {
 }
 
 /// The first event of a stream opened with `snapshot=1` (sent without an `id:` line).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// The resume position the snapshot describes; the events after it follow.
@@ -152,6 +159,7 @@ pub struct Snapshot {
 }
 
 /// An in-flight turn as of a snapshot's cursor: everything its events said so far.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActiveTurn {
     pub turn_id: String,
@@ -212,6 +220,7 @@ pub fn merge_tool(tools: &mut Vec<ToolCall>, call: &ToolCall) {
 }
 
 /// Why a stream asked the client to reload history.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResyncReason {
@@ -237,6 +246,7 @@ impl ResyncReason {
 }
 
 /// Body of `event: history_resync_required` (sent without an `id:` line, then the stream closes).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResyncRequired {
     pub reason: ResyncReason,
@@ -250,6 +260,7 @@ pub const RESYNC_EVENT: &str = "history_resync_required";
 pub const TOKEN_EXPIRED_EVENT: &str = "token_expired";
 
 /// Body of `event: token_expired`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenExpired {
     /// Always `"expired"`.

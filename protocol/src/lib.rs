@@ -10,6 +10,7 @@
 //! - [`worker`]: the worker API's bodies (claim, events, heartbeat, complete, fail).
 //!
 //! This crate depends on nothing of the project's own and compiles for the server and for wasm32.
+//! The `openapi` feature (the server's, never the SDK's) derives a JSON Schema for every wire type.
 
 pub mod api;
 pub mod cursor;

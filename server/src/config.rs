@@ -234,6 +234,15 @@ pub struct Config {
         value_parser = clap::value_parser!(u64).range(1..=3600)
     )]
     pub worker_lease_secs: u64,
+    /// Log lines as `text` (coloured only on a terminal) or `json` (one object per line);
+    /// `RUST_LOG` sets what is logged.
+    #[arg(
+        long,
+        env = "TURNSTREAM_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// Reads `--openai-system-prompt-file` at startup, so a missing file stops the server with a

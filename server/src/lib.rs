@@ -12,6 +12,7 @@
 //! - [`config`]: command-line and environment configuration.
 //! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
 //!   request headers and bodies, connections per address, JSON for hyper's own answers).
+//! - [`logging`]: text or JSON log lines, and the per-request and per-turn targets.
 
 pub mod agent;
 pub mod auth;
@@ -22,6 +23,7 @@ pub mod gateway;
 pub mod hub;
 pub mod journal;
 pub mod lease;
+pub mod logging;
 pub mod metrics;
 pub mod runner;
 pub mod serve;

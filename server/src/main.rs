@@ -6,17 +6,16 @@ use anyhow::Context;
 use clap::Parser;
 use turnstream_server::auth::Scope;
 use turnstream_server::config::{Cli, Command, TokenArgs, TokenScope};
+use turnstream_server::logging::LogFormat;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,tower_http=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let log_format = match &cli.command {
+        Command::Serve(config) => config.log_format,
+        Command::Token(_) => LogFormat::Text,
+    };
+    turnstream_server::logging::init(log_format);
     let config = match cli.command {
         Command::Serve(config) => *config,
         Command::Token(args) => return print_token(args),

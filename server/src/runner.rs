@@ -362,7 +362,12 @@ impl Runner {
                 )
                 .await
             {
-                Ok(_) => return Ok(()),
+                Ok(ended) => {
+                    if ended.is_some() {
+                        log_turn_end(turn, state);
+                    }
+                    return Ok(());
+                }
                 Err(e) => e,
             };
             let Some(fault) = e.storage_fault() else {
@@ -406,6 +411,7 @@ impl Runner {
                 )
                 .await?;
             if ended.is_some() {
+                log_turn_end(&turn, TurnState::Cancelled);
                 lock(&self.clients).remove(turn_id);
                 return Ok(TurnState::Cancelled);
             }
@@ -485,6 +491,19 @@ impl Runner {
             self.tasks.wait().await;
         }
     }
+}
+
+/// One line per turn end (target `turnstream::turn`): its ids, end state and time since its
+/// message was accepted; never its text or error, which may quote the user.
+fn log_turn_end(turn: &TurnRow, state: TurnState) {
+    tracing::info!(
+        target: crate::logging::TURN_TARGET,
+        turn = %turn.turn_id,
+        session = %turn.session_id,
+        state = state.as_str(),
+        duration_ms = crate::journal::now_ms().saturating_sub(turn.created_at),
+        "turn ended"
+    );
 }
 
 /// What the emitter journaled for a turn.

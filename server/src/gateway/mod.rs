@@ -3,8 +3,10 @@
 
 mod access;
 mod error;
+mod openapi;
 mod origin;
 mod quota;
+mod request_log;
 mod stream;
 mod worker;
 mod www;
@@ -86,6 +88,8 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
             origin::check_origin,
         ));
     let mut app = Router::new()
+        // Public, so outside the `/api` router's auth and origin middleware.
+        .route("/api/openapi.json", get(openapi::serve))
         .nest("/api", api)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -103,7 +107,7 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
     if let Some(cors) = cors_layer(cors_origins) {
         app = app.layer(cors);
     }
-    app
+    app.layer(axum::middleware::from_fn(request_log::log_request))
 }
 
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
