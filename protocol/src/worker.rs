@@ -19,6 +19,7 @@ pub const NO_SEQ: i64 = -1;
 
 /// `POST /api/worker/claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimRequest {
     /// Who claims: 1 to 128 characters of `[A-Za-z0-9_.:-]`, kept as the lease's owner.
     pub worker_id: String,
@@ -35,12 +36,14 @@ fn one() -> u32 {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimResponse {
     pub turns: Vec<ClaimedTurn>,
 }
 
 /// A turn handed to a worker: it is `running` and the worker holds its lease.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimedTurn {
     pub turn_id: String,
     pub session_id: String,
@@ -52,6 +55,7 @@ pub struct ClaimedTurn {
 
 /// The lease a worker holds on a turn: every later request names its token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseGrant {
     pub token: String,
     /// Unix milliseconds; every accepted request moves it forward.
@@ -60,6 +64,7 @@ pub struct LeaseGrant {
 
 /// One thing a worker's agent said, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerEvent {
     Thinking { delta: String },
@@ -69,6 +74,7 @@ pub enum WorkerEvent {
 
 /// `POST /api/worker/turns/{turn}/events`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventsRequest {
     pub lease: String,
     /// 0 for a turn's first request, one more for each next one.
@@ -78,6 +84,7 @@ pub struct EventsRequest {
 
 /// `POST /api/worker/turns/{turn}/heartbeat`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeartbeatRequest {
     pub lease: String,
 }
@@ -85,6 +92,7 @@ pub struct HeartbeatRequest {
 /// `POST /api/worker/turns/{turn}/complete`; its `seq` is one past the last accepted events
 /// request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompleteRequest {
     pub lease: String,
     pub seq: i64,
@@ -92,6 +100,7 @@ pub struct CompleteRequest {
 
 /// `POST /api/worker/turns/{turn}/fail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FailRequest {
     pub lease: String,
     pub seq: i64,
@@ -99,12 +108,14 @@ pub struct FailRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerError {
     pub message: String,
 }
 
 /// The answer of every accepted worker request on a turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerAck {
     /// The last accepted `seq` ([`NO_SEQ`] before the first).
     pub acked_seq: i64,

@@ -204,6 +204,10 @@ async fn one_user_cannot_hold_every_turn_slot() -> TestResult {
 async fn cross_site_state_changes_are_refused() -> TestResult {
     let s = TestServer::start(&["--cors-origin", "https://app.example"])?;
     let posted = s.send("x", "/sleep 60000 long").await?;
+    wait_for(|| async {
+        Ok((s.turn(&posted.turn_id).await?.state == TurnState::Running).then_some(()))
+    })
+    .await?;
     let own = s.url.clone();
     let send = |method: reqwest::Method, path: String, origin: Option<&str>, body: Option<&str>| {
         let mut req = s.http.request(method, format!("{}{path}", s.url));

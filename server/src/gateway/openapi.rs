@@ -12,6 +12,10 @@ use std::sync::OnceLock;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use turnstream_protocol::worker::{
+    ClaimRequest, ClaimResponse, ClaimedTurn, CompleteRequest, EventsRequest, FailRequest,
+    HeartbeatRequest, LeaseGrant, WorkerAck, WorkerError, WorkerEvent,
+};
 use turnstream_protocol::{
     ActiveTurn, CancelResponse, ClearRealtimeResponse, ErrorBody, ErrorDetail, Event, EventBody,
     HistoryResponse, Message, MessageStatus, PostMessageRequest, PostMessageResponse, ResyncReason,
@@ -46,6 +50,11 @@ use super::error::AppError;
         healthz,
         readyz,
         metrics,
+        worker_claim,
+        worker_events,
+        worker_heartbeat,
+        worker_complete,
+        worker_fail,
     ),
     components(schemas(
         PostMessageRequest,
@@ -73,6 +82,18 @@ use super::error::AppError;
         ResyncReason,
         TokenExpired,
         StatusBody,
+        ClaimRequest,
+        ClaimResponse,
+        ClaimedTurn,
+        LeaseGrant,
+        WorkerEvent,
+        EventsRequest,
+        HeartbeatRequest,
+        CompleteRequest,
+        FailRequest,
+        WorkerError,
+        WorkerAck,
+        SeqGapBody,
     )),
     modifiers(&SecuritySchemes),
     tags(
@@ -80,6 +101,7 @@ use super::error::AppError;
         (name = "stream", description = "The SSE stream of the journal."),
         (name = "turns", description = "A turn's state, and cancelling it."),
         (name = "operations", description = "Health, readiness, metrics and this document."),
+        (name = "worker", description = "Agents in any language (--agent worker): claim turns, stream their output under a lease, end them. Service keys only."),
     ),
 )]
 pub struct ApiDoc;
@@ -147,6 +169,13 @@ enum StreamFrame {
     Snapshot(Snapshot),
     HistoryResyncRequired(ResyncRequired),
     TokenExpired(TokenExpired),
+}
+
+/// The `409 seq_gap` answer of the worker API: the error shape plus the last accepted `seq`.
+#[derive(Serialize, ToSchema)]
+struct SeqGapBody {
+    error: ErrorDetail,
+    acked_seq: i64,
 }
 
 /// Body of `/healthz` (`ok`) and of a ready `/readyz` (`ready`).
@@ -369,3 +398,109 @@ mod tests {
         Ok(())
     }
 }
+
+#[utoipa::path(
+    post,
+    path = "/api/worker/claim",
+    tag = "worker",
+    summary = "Claim the oldest queued turns (one per session), long-polling up to `wait_ms`.",
+    request_body = ClaimRequest,
+    responses(
+        (status = 200, description = "The claimed turns, each `running` under a lease (`[]` when none came in time).", body = ClaimResponse),
+        (status = 400, description = "`invalid_json`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`: not a service key, or no auth configured.", body = ErrorBody),
+        (status = 404, description = "`not_found`: the server does not run `--agent worker`.", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: wrong shape or a value out of range.", body = ErrorBody),
+        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("service_key" = [])),
+)]
+fn worker_claim() {}
+
+#[utoipa::path(
+    post,
+    path = "/api/worker/turns/{turn}/events",
+    tag = "worker",
+    summary = "Append a claimed turn's output; `seq` makes retries safe.",
+    params(("turn" = String, Path, description = "Turn id.")),
+    request_body = EventsRequest,
+    responses(
+        (status = 200, description = "Accepted (or already accepted: nothing appended twice).", body = WorkerAck),
+        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`.", body = ErrorBody),
+        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        (status = 409, description = "`lease_lost`, `turn_cancelled`, `turn_ended`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
+        (status = 422, description = "`invalid_body`.", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (with `Retry-After`): retry with the same `seq`.", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("service_key" = [])),
+)]
+fn worker_events() {}
+
+#[utoipa::path(
+    post,
+    path = "/api/worker/turns/{turn}/heartbeat",
+    tag = "worker",
+    summary = "Renew the lease; answers the turn's state (a cancel shows here).",
+    params(("turn" = String, Path, description = "Turn id.")),
+    request_body = HeartbeatRequest,
+    responses(
+        (status = 200, description = "The lease renewed, and the turn's state.", body = WorkerAck),
+        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`.", body = ErrorBody),
+        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        (status = 409, description = "`lease_lost`.", body = ErrorBody),
+        (status = 422, description = "`invalid_body`.", body = ErrorBody),
+    ),
+    security(("service_key" = [])),
+)]
+fn worker_heartbeat() {}
+
+#[utoipa::path(
+    post,
+    path = "/api/worker/turns/{turn}/complete",
+    tag = "worker",
+    summary = "End the turn `completed`; the reply is the response deltas accepted.",
+    params(("turn" = String, Path, description = "Turn id.")),
+    request_body = CompleteRequest,
+    responses(
+        (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
+        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`.", body = ErrorBody),
+        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
+        (status = 422, description = "`invalid_body`.", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (with `Retry-After`).", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("service_key" = [])),
+)]
+fn worker_complete() {}
+
+#[utoipa::path(
+    post,
+    path = "/api/worker/turns/{turn}/fail",
+    tag = "worker",
+    summary = "End the turn `failed` with an error; the text accepted so far is kept.",
+    params(("turn" = String, Path, description = "Turn id.")),
+    request_body = FailRequest,
+    responses(
+        (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
+        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`.", body = ErrorBody),
+        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
+        (status = 422, description = "`invalid_body`.", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (with `Retry-After`).", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("service_key" = [])),
+)]
+fn worker_fail() {}

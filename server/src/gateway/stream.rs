@@ -355,16 +355,19 @@ impl Pump {
     /// The next write of this stream; `None` ends it.
     async fn next_chunk(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(chunk) = self.pending.pop_front() {
-                return Some(chunk);
-            }
+            // Checked before each write, so nothing goes out under an expired token (a chunk
+            // holds whole frames: the client resumes after the last one it got).
             if self.token_expired() {
                 self.phase = Phase::Done;
+                self.pending.clear();
                 return Some(Bytes::from(sse::encode(
                     None,
                     TOKEN_EXPIRED_EVENT,
                     r#"{"reason":"expired"}"#,
                 )));
+            }
+            if let Some(chunk) = self.pending.pop_front() {
+                return Some(chunk);
             }
             match self.phase {
                 Phase::Done => return None,
