@@ -21,6 +21,23 @@ use crate::worker::Dispatch;
 
 /// Largest delta journaled as one event; longer agent output is split, never cut.
 pub(crate) const MAX_DELTA_BYTES: usize = 16 * 1024;
+
+/// A delta in pieces of at most [`MAX_DELTA_BYTES`], split at character boundaries (never cut);
+/// nothing for an empty delta. One piece costs no copy.
+pub(crate) fn split_delta(mut rest: String) -> impl Iterator<Item = String> {
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let cut = if rest.len() > MAX_DELTA_BYTES {
+            floor_char_boundary(&rest, MAX_DELTA_BYTES)
+        } else {
+            rest.len()
+        };
+        let tail = rest.split_off(cut);
+        Some(std::mem::replace(&mut rest, tail))
+    })
+}
 /// Messages of history handed to an agent as context.
 pub(crate) const AGENT_HISTORY: usize = 50;
 /// Longest a cancel waits for a running turn to end.
@@ -664,22 +681,15 @@ impl Emitter {
     }
 
     fn flush(&mut self) {
-        let Some((kind, mut buf)) = self.pending.take() else {
+        let Some((kind, buf)) = self.pending.take() else {
             return;
         };
-        while !buf.is_empty() {
-            let cut = if buf.len() > MAX_DELTA_BYTES {
-                floor_char_boundary(&buf, MAX_DELTA_BYTES)
-            } else {
-                buf.len()
-            };
-            let rest = buf.split_off(cut);
+        for delta in split_delta(buf) {
             let body = match kind {
-                Kind::Thinking => EventBody::Thinking { delta: buf },
-                Kind::Response => EventBody::ResponseDelta { delta: buf },
+                Kind::Thinking => EventBody::Thinking { delta },
+                Kind::Response => EventBody::ResponseDelta { delta },
             };
             self.submit(body);
-            buf = rest;
         }
     }
 

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use turnstream_protocol::worker::WorkerEvent;
 use turnstream_protocol::EventBody;
 
-use crate::journal::{floor_char_boundary, now_ms, Journal};
-use crate::runner::MAX_DELTA_BYTES;
+use crate::journal::{now_ms, Journal};
+use crate::runner::split_delta;
 
 /// How often expired leases are looked for: how late past its expiry a silent worker's turn
 /// may end (a request on it ends it at once).
@@ -52,22 +52,15 @@ pub fn coalesce(events: Vec<WorkerEvent>) -> Vec<EventBody> {
     let mut out = Vec::new();
     let mut pending: Option<(bool, String)> = None;
     let flush = |pending: &mut Option<(bool, String)>, out: &mut Vec<EventBody>| {
-        let Some((thinking, mut buf)) = pending.take() else {
+        let Some((thinking, buf)) = pending.take() else {
             return;
         };
-        while !buf.is_empty() {
-            let cut = if buf.len() > MAX_DELTA_BYTES {
-                floor_char_boundary(&buf, MAX_DELTA_BYTES)
-            } else {
-                buf.len()
-            };
-            let rest = buf.split_off(cut);
+        for delta in split_delta(buf) {
             out.push(if thinking {
-                EventBody::Thinking { delta: buf }
+                EventBody::Thinking { delta }
             } else {
-                EventBody::ResponseDelta { delta: buf }
+                EventBody::ResponseDelta { delta }
             });
-            buf = rest;
         }
     };
     for event in events {
@@ -125,6 +118,7 @@ pub(crate) async fn sweep_leases(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::MAX_DELTA_BYTES;
     use turnstream_protocol::{ToolCall, ToolStatus};
 
     fn response(d: &str) -> WorkerEvent {

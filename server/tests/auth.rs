@@ -36,34 +36,12 @@ fn auth_server(extra: &[&str]) -> TestResult<TestServer> {
     TestServer::start(&args)
 }
 
-/// Base64url without padding (for hand-built tokens).
-fn b64(bytes: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..=chunk.len() {
-            out.push(char::from(A[((n >> (18 - 6 * i)) & 63) as usize]));
-        }
-    }
-    out
-}
-
-/// A token with `alg: none` and no signature, claiming every session.
+/// A token with `alg: none` and no signature, claiming every session: a real token's claims
+/// segment (with `sessions: ["*"]`) under the header `{"alg":"none","typ":"JWT"}`.
 fn alg_none_token() -> String {
-    let exp = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-        + 3600;
-    format!(
-        "{}.{}.",
-        b64(br#"{"alg":"none","typ":"JWT"}"#),
-        b64(format!(r#"{{"sub":"mallory","exp":{exp},"sessions":["*"]}}"#).as_bytes())
-    )
+    let everything = token("mallory", &["*"], None);
+    let claims = everything.split('.').nth(1).unwrap_or_default();
+    format!("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{claims}.")
 }
 
 /// How a credential travels.
