@@ -450,14 +450,7 @@ impl Logged {
                 log.push('\n');
             }
         });
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let url = line
-            .trim()
-            .strip_prefix("turnstream listening on ")
-            .ok_or_else(|| format!("unexpected first line: {line:?}"))?
-            .to_string();
+        let url = listening_url(&mut child)?;
         Ok(Logged {
             child,
             url,

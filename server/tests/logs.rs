@@ -6,12 +6,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
-use support::{open_stream, wait_for, TestResult, DEADLINE};
+use support::{listening_url, open_stream, wait_for, TestResult, DEADLINE};
 
 const SERVICE_KEY: &str = "svc-log-key-4f1c9e27d3";
 /// Posted as message content (and echoed as the reply): must never reach the log.
@@ -41,14 +40,7 @@ impl LoggedServer {
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let url = line
-            .trim()
-            .strip_prefix("turnstream listening on ")
-            .ok_or_else(|| format!("unexpected first line: {line:?}"))?
-            .to_string();
+        let url = listening_url(&mut child)?;
         Ok(LoggedServer {
             url,
             log,

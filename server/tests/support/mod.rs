@@ -75,14 +75,7 @@ impl TestServer {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut child = cmd.spawn()?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line)?;
-        let url = line
-            .trim()
-            .strip_prefix("turnstream listening on ")
-            .ok_or_else(|| format!("unexpected first line: {line:?}"))?;
-        self.url = url.to_string();
+        self.url = listening_url(&mut child)?;
         self.child = Some(child);
         Ok(())
     }
@@ -232,6 +225,18 @@ impl TestServer {
         }
         open_stream(req).await
     }
+}
+
+/// The server's address, from the first line a `turnstream serve` child prints on stdout.
+pub fn listening_url(child: &mut Child) -> TestResult<String> {
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    Ok(line
+        .trim()
+        .strip_prefix("turnstream listening on ")
+        .ok_or_else(|| format!("unexpected first line: {line:?}"))?
+        .to_string())
 }
 
 /// Opens a stream request built by the caller (with its own headers), expecting 200 and SSE.
