@@ -123,6 +123,7 @@ pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result
             coalesce: Duration::ZERO,
             max_concurrent_turns: sessions as usize,
             max_turns_per_client: sessions as usize,
+            turn_lease: Duration::from_secs(30),
         },
     );
     runner

@@ -71,13 +71,17 @@ pub struct Config {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "TURNSTREAM_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// SQLite database file (created with its folder if missing).
+    /// SQLite database file (created with its folder if missing), or a PostgreSQL database
+    /// URL (`postgres://user@host:port/name`), which several servers may share.
     #[arg(
         long,
         env = "TURNSTREAM_DB",
         default_value = "./turnstream-data/turnstream.db"
     )]
     pub db: PathBuf,
+    /// PostgreSQL database URL; takes the place of `--db` (servers sharing it form a cluster).
+    #[arg(long, env = "TURNSTREAM_DATABASE_URL")]
+    pub database_url: Option<String>,
     /// Folder of static files served at `/` (the demo page).
     #[arg(long, env = "TURNSTREAM_WWW")]
     pub www: Option<PathBuf>,
@@ -252,6 +256,14 @@ fn read_prompt_file(path: &str) -> Result<String, String> {
 }
 
 impl Config {
+    /// Where the journal lives: `--database-url`, else `--db` (a `postgres://` URL or a file).
+    pub fn database(&self) -> crate::journal::Database {
+        match &self.database_url {
+            Some(url) => crate::journal::Database::Postgres(url.clone()),
+            None => crate::journal::Database::parse(&self.db.to_string_lossy()),
+        }
+    }
+
     pub fn coalesce(&self) -> Duration {
         Duration::from_millis(self.coalesce_ms)
     }

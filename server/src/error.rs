@@ -8,6 +8,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("database error: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("database schema version {found} is newer than this server understands ({supported}); upgrade turnstream")]
@@ -19,6 +21,9 @@ pub enum Error {
         fault: StorageFault,
         message: String,
     },
+    /// A write for a turn whose lease this server no longer holds.
+    #[error("the turn's lease was lost")]
+    LeaseLost,
     #[error("the journal is shut down")]
     Closed,
     #[error("{what} not found")]
@@ -88,6 +93,29 @@ impl StorageFault {
         }
     }
 
+    /// The fault behind a PostgreSQL error, if the error is the database's and not the
+    /// statement's: a lost or refused connection, a server shutting down or out of resources,
+    /// a full disk, a lock or serialization conflict.
+    pub fn of_postgres(e: &tokio_postgres::Error) -> Option<StorageFault> {
+        let Some(code) = e.code() else {
+            // No SQLSTATE: the connection itself failed (closed, I/O, timeout).
+            return Some(StorageFault::Unavailable);
+        };
+        let code = code.code();
+        if code == "53100" {
+            return Some(StorageFault::Full);
+        }
+        let class = &code[..code.len().min(2)];
+        match class {
+            // connection exception, insufficient resources, operator intervention, system error
+            "08" | "53" | "57" | "58" => Some(StorageFault::Unavailable),
+            // serialization failure, deadlock, lock not available: the same write may succeed
+            "40" => Some(StorageFault::Unavailable),
+            _ if code == "55P03" => Some(StorageFault::Unavailable),
+            _ => None,
+        }
+    }
+
     /// The fault behind an operating-system I/O error.
     pub fn of_io(e: &std::io::Error) -> StorageFault {
         if e.kind() == std::io::ErrorKind::StorageFull {
@@ -103,6 +131,7 @@ impl Error {
     pub fn storage_fault(&self) -> Option<StorageFault> {
         match self {
             Error::Sqlite(e) => StorageFault::of_sqlite(e),
+            Error::Postgres(e) => StorageFault::of_postgres(e),
             Error::Storage { fault, .. } => Some(*fault),
             Error::Io(e) => Some(StorageFault::of_io(e)),
             _ => None,

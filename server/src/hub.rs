@@ -351,6 +351,15 @@ impl Hub {
 
     /// Detaches every subscriber (on shutdown): each receives what is already queued for it,
     /// then the end of its feed. Later subscriptions end at once.
+    /// [`Hub::forget_through`] for every session: the replay tail answers nothing up to `seq`
+    /// (when this server cannot be sure what another one deleted).
+    pub fn forget_all_through(&self, seq: i64) {
+        let sessions: Vec<String> = lock(&self.state).feeds.keys().cloned().collect();
+        for session in sessions {
+            self.forget_through(&session, seq);
+        }
+    }
+
     pub fn close(&self) {
         let mut state = lock(&self.state);
         self.closed.store(true, Ordering::Release);

@@ -8,6 +8,7 @@
 //! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`).
 //! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
 //! - [`worker`] and [`lease`]: turns run by worker processes (`--agent worker`) under leases.
+//! - [`cluster`]: turns run under leases by servers sharing a PostgreSQL journal.
 //! - [`gateway`]: the HTTP routes and the SSE stream.
 //! - [`config`]: command-line and environment configuration.
 //! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
@@ -16,6 +17,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 pub mod edge;
 pub mod error;
@@ -97,13 +99,14 @@ pub async fn run(
         .authenticator()
         .map_err(|e| error::Error::Config(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::default());
-    let journal = Journal::open_with(
-        &config.db,
+    let journal = Journal::open_database(
+        &config.database(),
         metrics,
         journal::JournalOptions {
             busy_timeout: config.busy_timeout(),
         },
-    )?;
+    )
+    .await?;
     journal
         .hub()
         .set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));
@@ -111,6 +114,7 @@ pub async fn run(
         coalesce: config.coalesce(),
         max_concurrent_turns: config.max_concurrent_turns,
         max_turns_per_client: config.turns_per_client(),
+        turn_lease: Duration::from_secs(config.worker_lease_secs),
     };
     let runner = match config.agent {
         AgentKind::Worker => Runner::for_workers(

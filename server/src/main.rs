@@ -35,7 +35,7 @@ async fn main() -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     writeln!(out, "turnstream listening on http://{addr}")?;
     out.flush()?;
-    tracing::info!(%addr, db = %config.db.display(), agent = ?config.agent, "serving");
+    tracing::info!(%addr, db = %config.database(), agent = ?config.agent, "serving");
     let agent = turnstream_server::agent_from_config(&config);
     turnstream_server::run(config, agent, listener, shutdown_signal())
         .await

@@ -13,8 +13,9 @@ use tokio_util::task::TaskTracker;
 use turnstream_protocol::{EventBody, ToolCall, ToolStatus, TurnState};
 
 use crate::agent::{Agent, Emission, TurnContext, TurnSink};
+use crate::cluster::Node;
 use crate::error::{Error, Result, StorageFault};
-use crate::journal::{floor_char_boundary, Journal, TurnRow};
+use crate::journal::{floor_char_boundary, Claim, Journal, TurnRow};
 use crate::lock;
 use crate::slots::TurnSlots;
 use crate::worker::Dispatch;
@@ -82,6 +83,17 @@ pub struct RunnerConfig {
     pub max_concurrent_turns: usize,
     /// Slots of `max_concurrent_turns` one client may hold (see [`crate::slots`]).
     pub max_turns_per_client: usize,
+    /// On a shared journal, how long this server's lease on a running turn lasts unless renewed.
+    pub turn_lease: Duration,
+}
+
+/// What a session's worker should do after a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// Look for the session's next turn.
+    Next,
+    /// Another server runs the session's turns now: stop (it, or a sweep, starts the next).
+    Elsewhere,
 }
 
 /// A running turn's controls.
@@ -110,6 +122,8 @@ pub struct Runner {
     tasks: TaskTracker,
     /// Set with `--agent worker`: worker processes claim turns, this runner starts none.
     workers: Option<Arc<Dispatch>>,
+    /// Set on a shared journal: this server runs turns under leases (see [`crate::cluster`]).
+    node: Option<Node>,
 }
 
 impl Runner {
@@ -133,7 +147,9 @@ impl Runner {
         config: RunnerConfig,
         workers: Option<Arc<Dispatch>>,
     ) -> Arc<Runner> {
+        let node = journal.is_shared().then(|| Node::new(config.turn_lease));
         Arc::new(Runner {
+            node,
             journal,
             agent,
             slots: TurnSlots::new(config.max_concurrent_turns, config.max_turns_per_client),
@@ -174,7 +190,17 @@ impl Runner {
             ));
             return Ok(());
         }
-        self.journal.expire_leases(i64::MAX).await?;
+        if self.node.is_some() {
+            // Other servers may be running turns: only leases that ran out are over.
+            self.journal.expire_leases(crate::journal::now_ms()).await?;
+            self.tasks.spawn(crate::cluster::sweep(
+                self.journal.clone(),
+                self.clone(),
+                self.stopping.clone(),
+            ));
+        } else {
+            self.journal.expire_leases(i64::MAX).await?;
+        }
         for session in self.journal.sessions_with_queued_turns().await? {
             self.kick(&session);
         }
@@ -247,7 +273,11 @@ impl Runner {
                     return;
                 }
                 match self.run_turn(next.0, next.1).await {
-                    Ok(()) => backoff = Backoff::new(),
+                    Ok(After::Next) => backoff = Backoff::new(),
+                    Ok(After::Elsewhere) => {
+                        lock(&self.sessions).remove(&session);
+                        return;
+                    }
                     Err(e) => {
                         // A turn whose start failed is still queued and first in line: it is
                         // tried again after the pause, and the session's later turns wait.
@@ -267,7 +297,7 @@ impl Runner {
         }
     }
 
-    async fn run_turn(&self, turn: TurnRow, user_message: String) -> Result<()> {
+    async fn run_turn(&self, turn: TurnRow, user_message: String) -> Result<After> {
         // Cancellable before it is marked running, so a cancel can never fall between the two.
         let cancel = CancellationToken::new();
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
@@ -292,10 +322,39 @@ impl Runner {
         user_message: String,
         cancel: CancellationToken,
         phase: &watch::Sender<Phase>,
-    ) -> Result<()> {
-        if !self.journal.start_turn(&turn.turn_id).await? {
-            return Ok(()); // cancelled while queued
+    ) -> Result<After> {
+        let lease = match &self.node {
+            None => {
+                if !self.journal.start_turn(&turn.turn_id).await? {
+                    return Ok(After::Next); // cancelled while queued
+                }
+                None
+            }
+            Some(node) => match self
+                .journal
+                .claim_turn(&turn.turn_id, &node.id, node.lease)
+                .await?
+            {
+                Claim::Started(lease) => Some((node.clone(), lease.token)),
+                Claim::NotQueued => return Ok(After::Next),
+                Claim::Busy => return Ok(After::Elsewhere),
+            },
+        };
+        // Cancelled once another server ended the turn, or the lease ran out.
+        let lost = CancellationToken::new();
+        let renewing = CancellationToken::new();
+        let _stop_renewing = renewing.clone().drop_guard();
+        if let Some((node, token)) = &lease {
+            tokio::spawn(crate::cluster::keep_lease(
+                self.journal.clone(),
+                node.clone(),
+                turn.turn_id.clone(),
+                token.clone(),
+                lost.clone(),
+                renewing,
+            ));
         }
+        let fence = lease.map(|(_, token)| token);
         self.journal
             .metrics()
             .turns_started
@@ -314,9 +373,12 @@ impl Runner {
         let (sink, rx) = TurnSink::channel();
         let (stop_tx, stop_rx) = oneshot::channel();
         let emitter = tokio::spawn(emit(
-            self.journal.clone(),
-            turn.session_id.clone(),
-            turn.turn_id.clone(),
+            Emitter::new(
+                self.journal.clone(),
+                turn.session_id.clone(),
+                turn.turn_id.clone(),
+                fence.clone().map(|token| (token, lost.clone())),
+            ),
             rx,
             stop_rx,
             self.config.coalesce,
@@ -336,6 +398,8 @@ impl Runner {
             },
             _ = cancel.cancelled() => (TurnState::Cancelled, None),
             _ = self.interrupt.cancelled() => (TurnState::Interrupted, None),
+            // Whoever ended the turn journaled its end; the end below finds it over.
+            _ = lost.cancelled() => (TurnState::Interrupted, None),
         };
         task.abort();
         let _ = stop_tx.send(());
@@ -349,8 +413,9 @@ impl Runner {
             ((TurnState::Completed, _), Some(e)) => (TurnState::Failed, Some(e)),
             (outcome, _) => outcome,
         };
-        self.journal_end(turn, state, emitted.text, error, phase)
-            .await
+        self.journal_end(turn, fence.as_deref(), state, emitted.text, error, phase)
+            .await?;
+        Ok(After::Next)
     }
 
     /// Journals a turn's end, retrying while the storage refuses it. Meanwhile the session's
@@ -361,6 +426,7 @@ impl Runner {
     async fn journal_end(
         &self,
         turn: &TurnRow,
+        fence: Option<&str>,
         state: TurnState,
         text: String,
         error: Option<String>,
@@ -368,17 +434,25 @@ impl Runner {
     ) -> Result<()> {
         let mut backoff = Backoff::new();
         loop {
-            let e = match self
-                .journal
-                .end_turn(
-                    &turn.turn_id,
-                    state,
-                    text.clone(),
-                    error.clone(),
-                    &[TurnState::Running],
-                )
-                .await
-            {
+            let ended = match fence {
+                None => {
+                    self.journal
+                        .end_turn(
+                            &turn.turn_id,
+                            state,
+                            text.clone(),
+                            error.clone(),
+                            &[TurnState::Running],
+                        )
+                        .await
+                }
+                Some(token) => {
+                    self.journal
+                        .end_fenced_turn(&turn.turn_id, token, state, text.clone(), error.clone())
+                        .await
+                }
+            };
+            let e = match ended {
                 Ok(ended) => {
                     if ended.is_some() {
                         log_turn_end(turn, state);
@@ -433,16 +507,19 @@ impl Runner {
                 return Ok(TurnState::Cancelled);
             }
         }
-        if let Some(dispatch) = &self.workers {
-            // A worker's turn ends now with the text accepted so far; the worker learns it from
-            // its next request.
+        let here = lock(&self.running).contains_key(turn_id);
+        if self.workers.is_some() || (self.node.is_some() && !here) {
+            // A worker's turn, or one another server runs, ends now with the text journaled so
+            // far; its runner learns it from its next write or lease renewal.
             if self.journal.is_leased(turn_id).await?
                 && self
                     .journal
                     .end_leased_turn(turn_id, TurnState::Cancelled)
                     .await?
             {
-                dispatch.notify();
+                if let Some(dispatch) = &self.workers {
+                    dispatch.notify();
+                }
             }
         }
         let running = lock(&self.running)
@@ -531,23 +608,11 @@ struct Emitted {
 
 /// Journals a turn's emissions in order, merging consecutive deltas of one kind for `window`.
 async fn emit(
-    journal: Journal,
-    session: String,
-    turn: String,
+    mut out: Emitter,
     mut rx: mpsc::UnboundedReceiver<Emission>,
     mut stop: oneshot::Receiver<()>,
     window: Duration,
 ) -> Emitted {
-    let mut out = Emitter {
-        journal,
-        session,
-        turn,
-        text: String::new(),
-        pending: None,
-        inflight: VecDeque::new(),
-        error: None,
-        open_tools: Vec::new(),
-    };
     let mut deadline: Option<Instant> = None;
     let mut stopping = false;
     loop {
@@ -599,10 +664,10 @@ async fn emit(
     }
     out.flush();
     out.fail_open_tools();
-    for rx in out.inflight.drain(..) {
+    for rx in std::mem::take(&mut out.inflight) {
         match rx.await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => out.error = Some(format!("journal write failed: {e}")),
+            Ok(Err(e)) => out.failed(&e),
             Err(_) => out.error = Some("journal closed".into()),
         }
     }
@@ -639,9 +704,38 @@ struct Emitter {
     /// turn drops its agent mid-call; without a last word from here the call would show as
     /// running forever.
     open_tools: Vec<ToolCall>,
+    /// On a shared journal: the turn's lease token, and what to cancel once a write finds the
+    /// lease lost.
+    fence: Option<(String, CancellationToken)>,
 }
 
 impl Emitter {
+    fn new(
+        journal: Journal,
+        session: String,
+        turn: String,
+        fence: Option<(String, CancellationToken)>,
+    ) -> Emitter {
+        Emitter {
+            journal,
+            session,
+            turn,
+            text: String::new(),
+            pending: None,
+            inflight: VecDeque::new(),
+            error: None,
+            open_tools: Vec::new(),
+            fence,
+        }
+    }
+
+    fn failed(&mut self, e: &Error) {
+        if let (Error::LeaseLost, Some((_, lost))) = (e, &self.fence) {
+            lost.cancel();
+        }
+        self.error = Some(format!("journal write failed: {e}"));
+    }
+
     fn track_tool(&mut self, call: &ToolCall) {
         self.open_tools.retain(|t| t.call_id != call.call_id);
         if matches!(call.status, ToolStatus::Started | ToolStatus::Progress) {
@@ -699,7 +793,7 @@ impl Emitter {
         while let Some(front) = self.inflight.front_mut() {
             match front.try_recv() {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => self.error = Some(format!("journal write failed: {e}")),
+                Ok(Err(e)) => self.failed(&e),
                 Err(oneshot::error::TryRecvError::Empty) => break,
                 Err(oneshot::error::TryRecvError::Closed) => {
                     self.error = Some("journal closed".into());
@@ -707,9 +801,15 @@ impl Emitter {
             }
             self.inflight.pop_front();
         }
-        self.inflight.push_back(
-            self.journal
+        let write = match &self.fence {
+            None => self
+                .journal
                 .submit_turn_event(&self.session, &self.turn, body),
-        );
+            Some((token, _)) => {
+                self.journal
+                    .submit_fenced_turn_event(&self.session, &self.turn, token, body)
+            }
+        };
+        self.inflight.push_back(write);
     }
 }

@@ -1,16 +1,22 @@
-//! The journal: one SQLite file holding chat history, the ordered event journal, the turns
-//! projection and per-session replay floors.
+//! The journal: chat history, the ordered event journal, the turns projection and per-session
+//! replay floors, in one SQLite file or one PostgreSQL database (see [`sql`] for the seam).
 //!
 //! One writer thread owns the write connection and commits whatever is queued in one transaction
-//! (group commit, `synchronous=FULL`); only after the commit are the events fanned out, so no
-//! client ever sees an id a crash could take back. Readers use pooled connections of their own,
-//! each read inside one transaction so a history page and its cursor agree.
+//! (group commit, `synchronous=FULL` on SQLite); only after the commit are the events fanned out,
+//! so no client ever sees an id a crash could take back. Readers use pooled connections of their
+//! own, each read inside one transaction so a history page and its cursor agree. On PostgreSQL,
+//! several servers may share the database: each fans out what any of them committed through its
+//! tail ([`postgres::Tail`]).
 
 mod health;
 mod payload;
+pub mod postgres;
 mod replay;
 mod retention;
 pub mod schema;
+mod server_turns;
+pub(crate) mod sql;
+mod sqlite;
 mod store;
 mod worker;
 mod writer;
@@ -18,6 +24,8 @@ mod writer;
 pub use health::{Failing, WriteHealth};
 pub use payload::floor_char_boundary;
 pub use replay::{Page, StreamStart};
+pub use server_turns::Claim;
+pub use sql::Backend;
 pub use store::{Accepted, TurnRow};
 pub use worker::{Claimed, LeasedTurn, Refusal, WorkerOp};
 
@@ -27,7 +35,6 @@ use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 use turnstream_protocol::{sse, Cursor, EventBody};
 
@@ -35,9 +42,9 @@ use crate::error::{Error, Result};
 use crate::hub::{Frame, Hub};
 use crate::lock;
 use crate::metrics::Metrics;
-use writer::{Job, Writer};
-/// Idle read connections kept open.
-const MAX_IDLE_READERS: usize = 16;
+use sql::Sql;
+use writer::{Job, Publish, WriteConn, Writer};
+
 /// Reads running at once. A reconnect storm queues here instead of opening a connection (and a
 /// blocking thread) per stream.
 const MAX_CONCURRENT_READS: usize = 8;
@@ -58,31 +65,80 @@ impl Default for JournalOptions {
     }
 }
 
+/// Where the journal lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// A SQLite file (created if missing).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, by URL (`postgres://user@host:port/name`).
+    Postgres(String),
+}
+
+impl Database {
+    /// `postgres://...` and `postgresql://...` name a PostgreSQL database; anything else is a
+    /// SQLite file's path.
+    pub fn parse(db: &str) -> Database {
+        if postgres::is_url(db) {
+            Database::Postgres(db.to_string())
+        } else {
+            Database::Sqlite(PathBuf::from(db))
+        }
+    }
+}
+
+impl std::fmt::Display for Database {
+    /// The file, or the URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{}", path.display()),
+            Database::Postgres(url) => f.write_str(&redact(url)),
+        }
+    }
+}
+
 /// Handle to the journal; cheap to clone.
 #[derive(Clone)]
 pub struct Journal {
     inner: Arc<Inner>,
 }
 
+/// Read connections of either database.
+enum Readers {
+    Sqlite(sqlite::Readers),
+    Postgres(postgres::Readers),
+}
+
+impl Readers {
+    fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
+        match self {
+            Readers::Sqlite(r) => r.read(f),
+            Readers::Postgres(r) => r.read(f),
+        }
+    }
+}
+
 struct Inner {
-    path: PathBuf,
+    /// The file, or the database URL without its password.
+    location: String,
+    backend: Backend,
     epoch: String,
     writer: Mutex<Option<std_mpsc::Sender<Job>>>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
-    readers: Mutex<Vec<Connection>>,
+    readers: Readers,
+    /// PostgreSQL: what fans out every server's commits.
+    tail: Option<postgres::Tail>,
     read_permits: Arc<tokio::sync::Semaphore>,
     hub: Arc<Hub>,
     metrics: Arc<Metrics>,
     /// The last committed event id; only ever grows.
     head: Arc<AtomicI64>,
     health: Arc<WriteHealth>,
-    busy_timeout: Duration,
 }
 
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
-            .field("path", &self.inner.path)
+            .field("location", &self.inner.location)
             .field("epoch", &self.inner.epoch)
             .finish()
     }
@@ -91,7 +147,7 @@ impl std::fmt::Debug for Journal {
 /// What a write job sees: the open transaction (inside a savepoint of its own) and the means to
 /// append events.
 pub(crate) struct WriteCtx<'a> {
-    pub conn: &'a Connection,
+    pub conn: &'a dyn Sql,
     epoch: &'a str,
     next_seq: &'a mut i64,
     frames: Vec<Arc<Frame>>,
@@ -124,11 +180,10 @@ impl WriteCtx<'_> {
             }
             data = serde_json::to_string(&value)?;
         }
-        self.conn
-            .prepare_cached(
-                "INSERT INTO events(id, session_id, turn_id, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(rusqlite::params![seq, session_id, turn_id, kind, self.now, data])?;
+        self.conn.execute(
+            "INSERT INTO events(id, session_id, turn_id, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            sql::params![seq, session_id, turn_id, kind, self.now, &data],
+        )?;
         *self.next_seq += 1;
         let json = event_json(&cursor, session_id, self.now, turn_id, &data);
         self.frames.push(Arc::new(Frame::new(
@@ -202,41 +257,128 @@ impl Journal {
                 std::fs::create_dir_all(dir)?;
             }
         }
-        let mut conn = Connection::open(path)?;
+        let mut conn = rusqlite::Connection::open(path)?;
         schema::configure_with(&conn, options.busy_timeout)?;
         let epoch = schema::migrate(&mut conn)?;
-        let head_seq = store::head(&conn)?;
-        let head = Arc::new(AtomicI64::new(head_seq));
+        let head = Arc::new(AtomicI64::new(Sql::head(&conn)?));
         let hub = Hub::with_metrics(metrics.clone());
+        Self::start(
+            Backend::Sqlite,
+            path.display().to_string(),
+            epoch,
+            head,
+            hub,
+            Box::new(conn),
+            Readers::Sqlite(sqlite::Readers::new(path, options.busy_timeout)),
+            None,
+            metrics,
+            options.busy_timeout,
+        )
+    }
+
+    /// Opens the journal in `db`: a SQLite file, or a PostgreSQL database (connecting, creating
+    /// or migrating its schema, and starting the tail that fans out every server's commits).
+    pub async fn open_database(
+        db: &Database,
+        metrics: Arc<Metrics>,
+        options: JournalOptions,
+    ) -> Result<Journal> {
+        let url = match db {
+            Database::Sqlite(path) => return Self::open_with(path, metrics, options),
+            Database::Postgres(url) => url,
+        };
+        let config = postgres::config(url)?;
+        let pool = postgres::pool(url)?;
+        let epoch = postgres::migrate(&pool).await?;
+        let rt = tokio::runtime::Handle::current();
+        let head = {
+            let client = pool.get().await.map_err(postgres::pool_error)?;
+            let row = client.query_one("SELECT head FROM counter", &[]).await?;
+            row.try_get::<_, i64>(0)?
+        };
+        let hub = Hub::with_metrics(metrics.clone());
+        // Moved by the tail as it delivers; the writer only wakes it.
+        let head = Arc::new(AtomicI64::new(head));
+        let tail = postgres::Tail::start(
+            pool.clone(),
+            config,
+            epoch.clone(),
+            hub.clone(),
+            head.clone(),
+        );
+        let location = redact(url);
+        Self::start(
+            Backend::Postgres,
+            location,
+            epoch,
+            head,
+            hub,
+            Box::new(postgres::Writer::new(pool.clone(), rt.clone())),
+            Readers::Postgres(postgres::Readers::new(pool, rt)),
+            Some(tail),
+            metrics,
+            options.busy_timeout,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        backend: Backend,
+        location: String,
+        epoch: String,
+        head: Arc<AtomicI64>,
+        hub: Arc<Hub>,
+        conn: Box<dyn WriteConn>,
+        readers: Readers,
+        tail: Option<postgres::Tail>,
+        metrics: Arc<Metrics>,
+        busy_timeout: Duration,
+    ) -> Result<Journal> {
         let health = Arc::new(WriteHealth::new(metrics.clone()));
         let (tx, rx) = std_mpsc::channel::<Job>();
+        let publish = match &tail {
+            Some(t) => Publish::Tail(t.wake.clone()),
+            None => Publish::Hub,
+        };
         let writer = Writer {
             conn,
+            publish,
             epoch: epoch.clone(),
             hub: hub.clone(),
             metrics: metrics.clone(),
             head: head.clone(),
             health: health.clone(),
-            busy_timeout: options.busy_timeout,
+            busy_timeout,
         };
         let thread = std::thread::Builder::new()
             .name("turnstream-writer".into())
             .spawn(move || writer.run(rx))?;
         Ok(Journal {
             inner: Arc::new(Inner {
-                path: path.to_path_buf(),
+                location,
+                backend,
                 epoch,
                 writer: Mutex::new(Some(tx)),
                 writer_thread: Mutex::new(Some(thread)),
-                readers: Mutex::new(Vec::new()),
+                readers,
+                tail,
                 read_permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_READS)),
                 hub,
                 metrics,
                 head,
                 health,
-                busy_timeout: options.busy_timeout,
             }),
         })
+    }
+
+    /// Which database holds the journal.
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    /// Whether other servers may write to the same journal (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        self.inner.backend == Backend::Postgres
     }
 
     pub fn epoch(&self) -> &str {
@@ -303,7 +445,7 @@ impl Journal {
     /// Runs a read on a pooled connection, inside one read transaction.
     pub(crate) async fn read<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&Connection, &str) -> Result<R> + Send + 'static,
+        f: impl FnOnce(&dyn Sql, &str) -> Result<R> + Send + 'static,
     ) -> Result<R> {
         let inner = self.inner.clone();
         let permit = inner
@@ -314,15 +456,7 @@ impl Journal {
             .map_err(|_| Error::Closed)?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            let conn = inner.take_reader()?;
-            let result = (|| {
-                let tx = conn.unchecked_transaction()?;
-                let r = f(&tx, &inner.epoch);
-                drop(tx);
-                r
-            })();
-            inner.return_reader(conn);
-            result
+            inner.readers.read(|conn| f(conn, &inner.epoch))
         })
         .await
         .map_err(|_| Error::Closed)?
@@ -334,26 +468,28 @@ impl Journal {
         if let Some(t) = lock(&self.inner.writer_thread).take() {
             let _ = t.join();
         }
+        if let Some(tail) = &self.inner.tail {
+            tail.stop();
+        }
     }
 }
 
-impl Inner {
-    fn take_reader(&self) -> Result<Connection> {
-        if let Some(c) = lock(&self.readers).pop() {
-            return Ok(c);
-        }
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        schema::configure_with(&conn, self.busy_timeout)?;
-        Ok(conn)
+/// The schema version a backend's database must be at.
+pub(crate) fn schema_version(backend: Backend) -> i64 {
+    match backend {
+        Backend::Sqlite => schema::SCHEMA_VERSION,
+        Backend::Postgres => postgres::SCHEMA_VERSION,
     }
+}
 
-    fn return_reader(&self, conn: Connection) {
-        let mut pool = lock(&self.readers);
-        if pool.len() < MAX_IDLE_READERS {
-            pool.push(conn);
+/// A database URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{user}@{}", &url[..scheme + 3], &url[at + 1..])
         }
+        _ => url.to_string(),
     }
 }

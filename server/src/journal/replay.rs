@@ -2,10 +2,10 @@
 //! the snapshot of active turns as of that position; and replay pages after it.
 
 use bytes::{Bytes, BytesMut};
-use rusqlite::{params_from_iter, Connection};
 use turnstream_protocol::{sse, Cursor, ResyncReason, Snapshot};
 
-use super::store::{fold_turn, head, in_list, turn_from_row, TurnRow, TURN_COLUMNS};
+use super::sql::{in_list, Param, Sql};
+use super::store::{fold_turn, turns, TURN_COLUMNS};
 use super::{event_json, Journal};
 use crate::error::Result;
 
@@ -34,7 +34,7 @@ pub struct StreamStart {
 
 /// Validates a resume position against the journal and the sessions' floors.
 fn validate(
-    conn: &Connection,
+    conn: &dyn Sql,
     epoch: &str,
     sessions: &[String],
     resume: &str,
@@ -45,7 +45,7 @@ fn validate(
     if cursor.epoch != epoch {
         return Ok(Err(ResyncReason::Epoch));
     }
-    if cursor.sequence > head(conn)? {
+    if cursor.sequence > conn.head()? {
         return Ok(Err(ResyncReason::Future));
     }
     if cursor.sequence < max_floor(conn, sessions)? {
@@ -54,18 +54,20 @@ fn validate(
     Ok(Ok(cursor.sequence))
 }
 
-fn max_floor(conn: &Connection, sessions: &[String]) -> Result<i64> {
+fn max_floor(conn: &dyn Sql, sessions: &[String]) -> Result<i64> {
     let sql = format!(
         "SELECT COALESCE(MAX(floor_seq), 0) FROM floors WHERE session_id IN ({})",
         in_list(sessions.len())
     );
-    Ok(conn.query_row(&sql, params_from_iter(sessions.iter()), |r| r.get(0))?)
+    Ok(conn
+        .query_int(&sql, &session_params(sessions, &[]))?
+        .unwrap_or(0))
 }
 
 /// Reads up to `limit` events of `sessions` after `after`, re-checking the floors so a page can
 /// never hide events that cleanup removed meanwhile.
 fn read_page(
-    conn: &Connection,
+    conn: &dyn Sql,
     epoch: &str,
     sessions: &[String],
     after: i64,
@@ -79,43 +81,36 @@ fn read_page(
          WHERE session_id IN ({}) AND id > ? ORDER BY id LIMIT ?",
         in_list(sessions.len())
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let values = session_params(sessions, &[after, limit as i64]);
-    let mut rows = stmt.query(params_from_iter(values.iter()))?;
     let mut chunks = Vec::new();
     let mut buf = BytesMut::new();
     let mut events = 0;
     let mut last_seq = after;
-    while let Some(row) = rows.next()? {
-        // Borrowed straight from SQLite's row: no allocation per column.
-        let text = |i: usize| -> rusqlite::Result<&str> {
-            row.get_ref(i)?.as_str().map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(
-                    i,
-                    rusqlite::types::Type::Text,
-                    Box::new(e),
-                )
-            })
-        };
-        let seq: i64 = row.get(0)?;
-        let session_id = text(1)?;
-        let turn_id = match row.get_ref(2)? {
-            rusqlite::types::ValueRef::Null => None,
-            _ => Some(text(2)?),
-        };
-        let ts: i64 = row.get(3)?;
-        let kind = text(4)?;
-        let data = text(5)?;
-        if buf.is_empty() {
-            buf.reserve(CHUNK_BYTES + data.len() + 256);
-        }
-        write_frame(&mut buf, epoch, seq, session_id, ts, turn_id, kind, data);
-        events += 1;
-        last_seq = seq;
-        if buf.len() >= CHUNK_BYTES {
-            chunks.push(buf.split().freeze());
-        }
-    }
+    // Each row is borrowed straight from the database's row: no allocation per column.
+    conn.for_each_event(
+        &sql,
+        &session_params(sessions, &[after, limit as i64]),
+        &mut |e| {
+            if buf.is_empty() {
+                buf.reserve(CHUNK_BYTES + e.data.len() + 256);
+            }
+            write_frame(
+                &mut buf,
+                epoch,
+                e.seq,
+                e.session_id,
+                e.ts,
+                e.turn_id,
+                e.kind,
+                e.data,
+            );
+            events += 1;
+            last_seq = e.seq;
+            if buf.len() >= CHUNK_BYTES {
+                chunks.push(buf.split().freeze());
+            }
+            Ok(())
+        },
+    )?;
     if !buf.is_empty() {
         chunks.push(buf.freeze());
     }
@@ -128,11 +123,11 @@ fn read_page(
 }
 
 /// Parameters for a query over `IN (sessions...)` followed by integer parameters.
-fn session_params(sessions: &[String], ints: &[i64]) -> Vec<rusqlite::types::Value> {
+fn session_params<'a>(sessions: &'a [String], ints: &[i64]) -> Vec<Param<'a>> {
     sessions
         .iter()
-        .map(|s| rusqlite::types::Value::Text(s.clone()))
-        .chain(ints.iter().map(|i| rusqlite::types::Value::Integer(*i)))
+        .map(|s| Param::Text(s))
+        .chain(ints.iter().map(|i| Param::Int(*i)))
         .collect()
 }
 
@@ -198,19 +193,15 @@ fn write_frame(
 }
 
 /// The active turns of `sessions` as of `at`, each folded from its events up to `at`.
-fn snapshot_at(conn: &Connection, epoch: &str, sessions: &[String], at: i64) -> Result<Snapshot> {
+fn snapshot_at(conn: &dyn Sql, epoch: &str, sessions: &[String], at: i64) -> Result<Snapshot> {
     let sql = format!(
         "SELECT {TURN_COLUMNS} FROM turns WHERE session_id IN ({}) AND queued_seq <= ?
          AND (ended_seq IS NULL OR ended_seq > ?) ORDER BY queued_seq",
         in_list(sessions.len())
     );
-    let values = session_params(sessions, &[at, at]);
-    let rows: Vec<(TurnRow, String)> = conn
-        .prepare(&sql)?
-        .query_map(params_from_iter(values.iter()), turn_from_row)?
-        .collect::<rusqlite::Result<_>>()?;
+    let rows = turns(conn, &sql, &session_params(sessions, &[at, at]))?;
     let mut active_turns = Vec::with_capacity(rows.len());
-    for (turn, _) in rows {
+    for turn in rows {
         // Active as of `at`: its `turn_ended` (if any) is after `at`, so the fold stops short of it.
         active_turns.push(fold_turn(conn, &turn, at)?);
     }
@@ -236,7 +227,7 @@ impl Journal {
                     Ok(seq) => seq,
                     Err(reason) => return Ok(Err(reason)),
                 },
-                None => head(conn)?,
+                None => conn.head()?,
             };
             let snapshot = if snapshot {
                 Some(snapshot_at(conn, epoch, &sessions, resume_seq)?)

@@ -2,21 +2,32 @@
 //! and raising each session's replay floor, so an older cursor is told to resync instead of
 //! being served a silent gap. An active turn's events are never deleted.
 
-use rusqlite::params;
-
+use super::sql::{params, Backend};
 use super::{Journal, WriteCtx};
 use crate::error::Result;
+
+/// PostgreSQL: the advisory lock a server holds while it cleans up, so servers sharing the
+/// database take turns (any fixed number).
+const CLEANUP_LOCK: i64 = 0x7475_726e_636c_6e75;
 
 /// Raises a session's floor to `floor`. The hub's replay tail is cut back first, inside the
 /// transaction: once the deletion commits, no position before the floor is answered from memory.
 pub(super) fn raise_floor(ctx: &WriteCtx<'_>, session_id: &str, floor: i64) -> Result<()> {
     ctx.hub.forget_through(session_id, floor);
-    ctx.conn
-        .prepare_cached(
-            "INSERT INTO floors(session_id, floor_seq) VALUES (?1, ?2)
-         ON CONFLICT(session_id) DO UPDATE SET floor_seq = MAX(floor_seq, excluded.floor_seq)",
-        )?
-        .execute(params![session_id, floor])?;
+    if ctx.conn.backend() == Backend::Postgres {
+        // Other servers' replay tails, told at commit (see the journal tail).
+        ctx.conn.execute(
+            "SELECT pg_notify('turnstream_floors', ?1)",
+            params![&super::postgres::floor_notice(session_id, floor)],
+        )?;
+    }
+    ctx.conn.execute(
+        "INSERT INTO floors(session_id, floor_seq) VALUES (?1, ?2)
+         ON CONFLICT(session_id) DO UPDATE SET floor_seq = CASE
+             WHEN excluded.floor_seq > floors.floor_seq THEN excluded.floor_seq
+             ELSE floors.floor_seq END",
+        params![session_id, floor],
+    )?;
     Ok(())
 }
 
@@ -25,14 +36,23 @@ impl Journal {
     /// any turn older than that), raising each session's floor. Returns the events deleted.
     pub async fn cleanup(&self, cutoff_ms: i64) -> Result<u64> {
         self.write(move |ctx| {
-            let turns: Vec<(String, String)> = ctx
-                .conn
-                .prepare_cached(
-                    "SELECT turn_id, session_id FROM turns WHERE purged = 0 AND ended_at IS NOT NULL
-                     AND ended_at < ?1 LIMIT 1000",
-                )?
-                .query_map([cutoff_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?;
+            if ctx.conn.backend() == Backend::Postgres
+                && ctx
+                    .conn
+                    .query_row(
+                        "SELECT pg_try_advisory_xact_lock(?1)",
+                        params![CLEANUP_LOCK],
+                    )?
+                    .is_some_and(|r| r.int(0).ok() == Some(0))
+            {
+                // Another server is cleaning up.
+                return Ok(0);
+            }
+            let turns = pairs(ctx.conn.query(
+                "SELECT turn_id, session_id FROM turns WHERE purged = 0 AND ended_at IS NOT NULL
+                 AND ended_at < ?1 LIMIT 1000",
+                params![cutoff_ms],
+            )?)?;
             let mut deleted = purge_turns(ctx, &turns)?;
             deleted += purge_loose_events(ctx, None, Some(cutoff_ms))?;
             Ok(deleted)
@@ -45,14 +65,11 @@ impl Journal {
     pub async fn clear_realtime(&self, session_id: &str) -> Result<u64> {
         let session_id = session_id.to_string();
         self.write(move |ctx| {
-            let turns: Vec<(String, String)> = ctx
-                .conn
-                .prepare_cached(
-                    "SELECT turn_id, session_id FROM turns WHERE session_id = ?1 AND purged = 0
-                     AND state NOT IN ('queued', 'running')",
-                )?
-                .query_map([&session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<rusqlite::Result<_>>()?;
+            let turns = pairs(ctx.conn.query(
+                "SELECT turn_id, session_id FROM turns WHERE session_id = ?1 AND purged = 0
+                 AND state NOT IN ('queued', 'running')",
+                params![&session_id],
+            )?)?;
             let mut deleted = purge_turns(ctx, &turns)?;
             deleted += purge_loose_events(ctx, Some(&session_id), None)?;
             Ok(deleted)
@@ -61,23 +78,27 @@ impl Journal {
     }
 }
 
+fn pairs(rows: Vec<super::sql::Row>) -> Result<Vec<(String, String)>> {
+    rows.iter().map(|r| Ok((r.text(0)?, r.text(1)?))).collect()
+}
+
 fn purge_turns(ctx: &mut WriteCtx<'_>, turns: &[(String, String)]) -> Result<u64> {
     let mut deleted = 0;
     for (turn_id, session_id) in turns {
-        let max: Option<i64> = ctx
-            .conn
-            .prepare_cached("SELECT MAX(id) FROM events WHERE turn_id = ?1")?
-            .query_row([turn_id], |r| r.get(0))?;
+        let max = ctx.conn.query_int(
+            "SELECT MAX(id) FROM events WHERE turn_id = ?1",
+            params![turn_id],
+        )?;
         if let Some(max) = max {
             deleted += ctx
                 .conn
-                .prepare_cached("DELETE FROM events WHERE turn_id = ?1")?
-                .execute([turn_id])? as u64;
+                .execute("DELETE FROM events WHERE turn_id = ?1", params![turn_id])?;
             raise_floor(ctx, session_id, max)?;
         }
-        ctx.conn
-            .prepare_cached("UPDATE turns SET purged = 1 WHERE turn_id = ?1")?
-            .execute([turn_id])?;
+        ctx.conn.execute(
+            "UPDATE turns SET purged = 1 WHERE turn_id = ?1",
+            params![turn_id],
+        )?;
     }
     Ok(deleted)
 }
@@ -87,23 +108,20 @@ fn purge_loose_events(
     session: Option<&str>,
     cutoff_ms: Option<i64>,
 ) -> Result<u64> {
-    let groups: Vec<(String, i64)> = ctx
-        .conn
-        .prepare_cached(
-            "SELECT session_id, MAX(id) FROM events WHERE turn_id IS NULL
-             AND (?1 IS NULL OR session_id = ?1) AND (?2 IS NULL OR ts < ?2) GROUP BY session_id",
-        )?
-        .query_map(params![session, cutoff_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+    let groups = ctx.conn.query(
+        "SELECT session_id, MAX(id) FROM events WHERE turn_id IS NULL
+         AND (CAST(?1 AS TEXT) IS NULL OR session_id = ?1)
+         AND (CAST(?2 AS BIGINT) IS NULL OR ts < ?2) GROUP BY session_id",
+        params![session, cutoff_ms],
+    )?;
     let mut deleted = 0;
-    for (session_id, max) in groups {
-        deleted += ctx
-            .conn
-            .prepare_cached(
-                "DELETE FROM events WHERE turn_id IS NULL AND session_id = ?1 AND id <= ?2
-                 AND (?3 IS NULL OR ts < ?3)",
-            )?
-            .execute(params![session_id, max, cutoff_ms])? as u64;
+    for group in groups {
+        let (session_id, max) = (group.text(0)?, group.int(1)?);
+        deleted += ctx.conn.execute(
+            "DELETE FROM events WHERE turn_id IS NULL AND session_id = ?1 AND id <= ?2
+             AND (CAST(?3 AS BIGINT) IS NULL OR ts < ?3)",
+            params![&session_id, max, cutoff_ms],
+        )?;
         raise_floor(ctx, &session_id, max)?;
     }
     Ok(deleted)

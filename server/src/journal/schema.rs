@@ -152,7 +152,7 @@ pub fn migrate(conn: &mut Connection) -> Result<String> {
     Ok(epoch)
 }
 
-fn new_epoch() -> String {
+pub(crate) fn new_epoch() -> String {
     use rand::Rng;
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();

@@ -3,12 +3,12 @@
 
 use std::sync::atomic::Ordering;
 
-use rusqlite::{params, Connection, OptionalExtension};
 use turnstream_protocol::{
     ActiveTurn, Cursor, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
     Role, TurnInfo, TurnState, Usage,
 };
 
+use super::sql::{params, Row, Sql};
 use super::{Journal, WriteCtx};
 use crate::error::{Error, Result};
 
@@ -35,17 +35,6 @@ pub struct TurnRow {
     pub message_id: Option<String>,
 }
 
-pub(crate) fn head(conn: &Connection) -> Result<i64> {
-    Ok(conn
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'events'",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .optional()?
-        .unwrap_or(0))
-}
-
 /// Characters of `[0-9a-z]` after the prefix of a server-made id: 20 of them carry about 103
 /// random bits, so knowing one id (a turn id is handed to every reader of a session) never lets
 /// anyone guess another session's ids.
@@ -67,102 +56,106 @@ fn parse_state(s: &str) -> Result<TurnState> {
     TurnState::parse(s).ok_or_else(|| Error::Corrupt(format!("unknown turn state {s:?}")))
 }
 
-pub(super) fn in_list(n: usize) -> String {
-    let mut s = String::with_capacity(n * 2);
-    for i in 0..n {
-        if i > 0 {
-            s.push(',');
-        }
-        s.push('?');
-    }
-    s
-}
-
 pub(super) const MESSAGE_COLUMNS: &str =
     "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author";
 
-pub(super) fn message_from_row(r: &rusqlite::Row<'_>, epoch: &str) -> rusqlite::Result<Message> {
-    let role: String = r.get(2)?;
-    let status: String = r.get(4)?;
+pub(super) fn message_from_row(r: &Row, epoch: &str) -> Result<Message> {
+    let role = r.text(2)?;
+    let status = r.text(4)?;
     Ok(Message {
-        message_id: r.get(0)?,
-        client_message_id: r.get(1)?,
+        message_id: r.text(0)?,
+        client_message_id: r.opt_text(1)?,
         role: if role == "assistant" {
             Role::Assistant
         } else {
             Role::User
         },
-        content: r.get(3)?,
+        content: r.text(3)?,
         status: MessageStatus::parse(&status).unwrap_or(MessageStatus::Interrupted),
-        turn_id: r.get(5)?,
-        created_at: r.get(6)?,
-        event_id: Cursor::new(epoch, r.get::<_, i64>(7)?).to_string(),
-        author: r.get(8)?,
+        turn_id: r.opt_text(5)?,
+        created_at: r.int(6)?,
+        event_id: Cursor::new(epoch, r.int(7)?).to_string(),
+        author: r.opt_text(8)?,
     })
 }
 
+/// Messages a query answers (its columns are [`MESSAGE_COLUMNS`]).
+pub(super) fn messages(
+    conn: &dyn Sql,
+    epoch: &str,
+    sql: &str,
+    params: &[super::sql::Param<'_>],
+) -> Result<Vec<Message>> {
+    conn.query(sql, params)?
+        .iter()
+        .map(|r| message_from_row(r, epoch))
+        .collect()
+}
+
 pub(super) fn message_by_id(
-    conn: &Connection,
+    conn: &dyn Sql,
     epoch: &str,
     message_id: &str,
 ) -> Result<Option<Message>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE message_id = ?1"
-        ))?
-        .query_row([message_id], |r| message_from_row(r, epoch))
-        .optional()?)
+    Ok(messages(
+        conn,
+        epoch,
+        &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE message_id = ?1"),
+        params![message_id],
+    )?
+    .into_iter()
+    .next())
 }
 
 pub(super) const TURN_COLUMNS: &str =
     "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id";
 
-pub(super) fn turn_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(TurnRow, String)> {
-    let state: String = r.get(3)?;
-    Ok((
-        TurnRow {
-            turn_id: r.get(0)?,
-            session_id: r.get(1)?,
-            user_message_id: r.get(2)?,
-            state: TurnState::Queued,
-            created_at: r.get(4)?,
-            started_at: r.get(5)?,
-            ended_at: r.get(6)?,
-            error: r.get(7)?,
-            message_id: r.get(8)?,
-        },
-        state,
-    ))
+pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
+    Ok(TurnRow {
+        turn_id: r.text(0)?,
+        session_id: r.text(1)?,
+        user_message_id: r.text(2)?,
+        state: parse_state(&r.text(3)?)?,
+        created_at: r.int(4)?,
+        started_at: r.opt_int(5)?,
+        ended_at: r.opt_int(6)?,
+        error: r.opt_text(7)?,
+        message_id: r.opt_text(8)?,
+    })
 }
 
-pub(super) fn turn_by_id(conn: &Connection, turn_id: &str) -> Result<Option<TurnRow>> {
-    let row = conn
-        .prepare_cached(&format!(
-            "SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?1"
-        ))?
-        .query_row([turn_id], turn_from_row)
-        .optional()?;
-    match row {
-        Some((mut t, state)) => {
-            t.state = parse_state(&state)?;
-            Ok(Some(t))
-        }
-        None => Ok(None),
-    }
+/// Turns a query answers (its columns are [`TURN_COLUMNS`]).
+pub(super) fn turns(
+    conn: &dyn Sql,
+    sql: &str,
+    params: &[super::sql::Param<'_>],
+) -> Result<Vec<TurnRow>> {
+    conn.query(sql, params)?.iter().map(turn_from_row).collect()
+}
+
+pub(super) fn turn_by_id(conn: &dyn Sql, turn_id: &str) -> Result<Option<TurnRow>> {
+    Ok(turns(
+        conn,
+        &format!("SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?1"),
+        params![turn_id],
+    )?
+    .into_iter()
+    .next())
 }
 
 /// Folds a turn's journaled events up to `upto` (inclusive) into its progress.
-pub(super) fn fold_turn(conn: &Connection, turn: &TurnRow, upto: i64) -> Result<ActiveTurn> {
+pub(super) fn fold_turn(conn: &dyn Sql, turn: &TurnRow, upto: i64) -> Result<ActiveTurn> {
     let mut progress = ActiveTurn::new(&turn.turn_id, &turn.session_id);
-    let mut stmt = conn.prepare_cached(
-        "SELECT data FROM events WHERE turn_id = ?1 AND id <= ?2 AND kind IN ('turn_started', 'thinking', 'tool', 'response_delta') ORDER BY id",
+    conn.for_each_event(
+        "SELECT id, session_id, turn_id, ts, kind, data FROM events WHERE turn_id = ?1 AND id <= ?2
+         AND kind IN ('turn_started', 'thinking', 'tool', 'response_delta') ORDER BY id",
+        params![&turn.turn_id, upto],
+        &mut |e| {
+            let body: EventBody = serde_json::from_str(e.data)?;
+            progress.apply(&body);
+            Ok(())
+        },
     )?;
-    let mut rows = stmt.query(params![turn.turn_id, upto])?;
-    while let Some(row) = rows.next()? {
-        let data: String = row.get(0)?;
-        let body: EventBody = serde_json::from_str(&data)?;
-        progress.apply(&body);
-    }
     Ok(progress)
 }
 
@@ -183,22 +176,14 @@ impl Journal {
         let cmid = client_message_id.map(str::to_string);
         self.write(move |ctx| {
             if let Some(cmid) = &cmid {
-                let existing = ctx
-                    .conn
-                    .prepare_cached(
-                        "SELECT message_id, content, turn_id, event_seq FROM messages
-                         WHERE session_id = ?1 AND client_message_id = ?2",
-                    )?
-                    .query_row(params![session_id, cmid], |r| {
-                        Ok((
-                            r.get::<_, String>(0)?,
-                            r.get::<_, String>(1)?,
-                            r.get::<_, Option<String>>(2)?,
-                            r.get::<_, i64>(3)?,
-                        ))
-                    })
-                    .optional()?;
-                if let Some((message_id, old_content, turn_id, seq)) = existing {
+                let existing = ctx.conn.query_row(
+                    "SELECT message_id, content, turn_id, event_seq FROM messages
+                     WHERE session_id = ?1 AND client_message_id = ?2",
+                    params![&session_id, cmid],
+                )?;
+                if let Some(row) = existing {
+                    let (message_id, old_content, turn_id, seq) =
+                        (row.text(0)?, row.text(1)?, row.opt_text(2)?, row.int(3)?);
                     if old_content != content {
                         return Err(Error::ClientMessageConflict(cmid.clone()));
                     }
@@ -214,12 +199,13 @@ impl Journal {
                     });
                 }
             }
-            let active: i64 = ctx
+            let active = ctx
                 .conn
-                .prepare_cached(
+                .query_int(
                     "SELECT COUNT(*) FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running')",
+                    params![&session_id],
                 )?
-                .query_row([&session_id], |r| r.get(0))?;
+                .unwrap_or(0);
             if active as usize >= max_active_turns {
                 return Err(Error::TooManyActiveTurns(max_active_turns));
             }
@@ -242,19 +228,17 @@ impl Journal {
                 message = Some(m.clone());
                 EventBody::MessageReceived { message: m }
             })?;
-            ctx.conn
-                .prepare_cached(
-                    "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position)
-                     VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * ?7)",
-                )?
-                .execute(params![message_id, session_id, cmid, content, turn_id, now, seq, author])?;
+            ctx.conn.execute(
+                "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position)
+                 VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT))",
+                params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author],
+            )?;
             let queued_seq = ctx.append(&session_id, Some(&turn_id), |_| EventBody::TurnQueued {})?;
-            ctx.conn
-                .prepare_cached(
-                    "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq)
-                     VALUES (?1, ?2, ?3, 'queued', ?4, ?5)",
-                )?
-                .execute(params![turn_id, session_id, message_id, now, queued_seq])?;
+            ctx.conn.execute(
+                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq)
+                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5)",
+                params![&turn_id, &session_id, &message_id, now, queued_seq],
+            )?;
             Ok(Accepted {
                 response: PostMessageResponse {
                     message_id,
@@ -273,20 +257,26 @@ impl Journal {
     pub async fn next_queued_turn(&self, session_id: &str) -> Result<Option<(TurnRow, String)>> {
         let session_id = session_id.to_string();
         self.read(move |conn, _| {
-            let row = conn
-                .prepare_cached(&format!(
+            let Some(turn) = turns(
+                conn,
+                &format!(
                     "SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ?1 AND state = 'queued'
                      ORDER BY queued_seq LIMIT 1"
-                ))?
-                .query_row([&session_id], turn_from_row)
-                .optional()?;
-            let Some((mut turn, state)) = row else {
+                ),
+                params![&session_id],
+            )?
+            .into_iter()
+            .next() else {
                 return Ok(None);
             };
-            turn.state = parse_state(&state)?;
-            let content: String = conn
-                .prepare_cached("SELECT content FROM messages WHERE message_id = ?1")?
-                .query_row([&turn.user_message_id], |r| r.get(0))?;
+            let content = conn
+                .query_texts(
+                    "SELECT content FROM messages WHERE message_id = ?1",
+                    params![&turn.user_message_id],
+                )?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
             Ok(Some((turn, content)))
         })
         .await
@@ -295,10 +285,10 @@ impl Journal {
     /// Sessions that have queued turns (to run after a restart).
     pub async fn sessions_with_queued_turns(&self) -> Result<Vec<String>> {
         self.read(|conn, _| {
-            Ok(conn
-                .prepare("SELECT DISTINCT session_id FROM turns WHERE state = 'queued'")?
-                .query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?)
+            conn.query_texts(
+                "SELECT DISTINCT session_id FROM turns WHERE state = 'queued'",
+                &[],
+            )
         })
         .await
     }
@@ -314,16 +304,16 @@ impl Journal {
         let session_id = session_id.to_string();
         let before = before_message.to_string();
         self.read(move |conn, epoch| {
-            let mut msgs: Vec<Message> = conn
-                .prepare_cached(&format!(
+            let mut msgs = messages(
+                conn,
+                epoch,
+                &format!(
                     "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1
                      AND position < (SELECT position FROM messages WHERE message_id = ?2)
                      ORDER BY position DESC LIMIT ?3"
-                ))?
-                .query_map(params![session_id, before, limit as i64], |r| {
-                    message_from_row(r, epoch)
-                })?
-                .collect::<rusqlite::Result<_>>()?;
+                ),
+                params![&session_id, &before, limit as i64],
+            )?;
             msgs.reverse();
             Ok(msgs)
         })
@@ -343,13 +333,11 @@ impl Journal {
             let seq = ctx.append(&turn.session_id, Some(&turn_id), |_| {
                 EventBody::TurnStarted {}
             })?;
-            let n = ctx
-                .conn
-                .prepare_cached(
-                    "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3
-                     WHERE turn_id = ?1 AND state = 'queued'",
-                )?
-                .execute(params![turn_id, ctx.now, seq])?;
+            let n = ctx.conn.execute(
+                "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3
+                 WHERE turn_id = ?1 AND state = 'queued'",
+                params![&turn_id, ctx.now, seq],
+            )?;
             if n != 1 {
                 return Err(Error::Corrupt("turn changed state during start".into()));
             }
@@ -381,9 +369,10 @@ impl Journal {
         let turn_id = turn_id.to_string();
         self.submit_single_statement(move |ctx| {
             let json = serde_json::to_string(&usage)?;
-            ctx.conn
-                .prepare_cached("UPDATE turns SET usage = ?2 WHERE turn_id = ?1")?
-                .execute(params![turn_id, json])?;
+            ctx.conn.execute(
+                "UPDATE turns SET usage = ?2 WHERE turn_id = ?1",
+                params![&turn_id, &json],
+            )?;
             Ok(0)
         })
     }
@@ -430,9 +419,13 @@ impl Journal {
                 .as_ref()
                 .map(|m| m.content.clone())
                 .unwrap_or(progress.text);
-            let usage: Option<String> = conn
-                .prepare_cached("SELECT usage FROM turns WHERE turn_id = ?1")?
-                .query_row([&turn_id], |r| r.get(0))?;
+            let usage = match conn.query_row(
+                "SELECT usage FROM turns WHERE turn_id = ?1",
+                params![&turn_id],
+            )? {
+                Some(row) => row.opt_text(0)?,
+                None => None,
+            };
             // Written by this server from the same type; an unreadable value is left out.
             let usage = usage.and_then(|u| serde_json::from_str::<Usage>(&u).ok());
             Ok(Some(TurnInfo {
@@ -466,28 +459,26 @@ impl Journal {
         self.read(move |conn, epoch| {
             let before_position: i64 = match &before {
                 Some(id) => conn
-                    .prepare_cached(
+                    .query_int(
                         "SELECT position FROM messages WHERE message_id = ?1 AND session_id = ?2",
+                        params![id, &session_id],
                     )?
-                    .query_row([id, &session_id], |r| r.get(0))
-                    .optional()?
                     .ok_or(Error::NotFound { what: "message" })?,
                 None => i64::MAX,
             };
-            let mut messages: Vec<Message> = conn
-                .prepare_cached(&format!(
+            let mut messages = messages(
+                conn,
+                epoch,
+                &format!(
                     "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND position < ?2
                      ORDER BY position DESC LIMIT ?3"
-                ))?
-                .query_map(
-                    params![session_id, before_position, limit as i64 + 1],
-                    |r| message_from_row(r, epoch),
-                )?
-                .collect::<rusqlite::Result<_>>()?;
+                ),
+                params![&session_id, before_position, limit as i64 + 1],
+            )?;
             let has_more = messages.len() > limit;
             messages.truncate(limit);
             messages.reverse();
-            let cursor = Cursor::new(epoch, head(conn)?).to_string();
+            let cursor = Cursor::new(epoch, conn.head()?).to_string();
             Ok(HistoryResponse {
                 session_id,
                 messages,
@@ -504,29 +495,26 @@ impl Journal {
     /// Returns how many turns were interrupted and how many repaired.
     pub async fn recover_after_crash(&self) -> Result<(usize, usize)> {
         let (interrupted, repaired) = self.write(|ctx| {
-            let running: Vec<String> = ctx
-                .conn
-                .prepare("SELECT turn_id FROM turns WHERE state = 'running' AND lease_token IS NULL")?
-                .query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+            let running = ctx.conn.query_texts(
+                "SELECT turn_id FROM turns WHERE state = 'running' AND lease_token IS NULL",
+                &[],
+            )?;
             let (mut interrupted, mut repaired) = (0, 0);
             for turn_id in running {
-                let ended = ctx
-                    .conn
-                    .query_row(
-                        "SELECT id, ts, data FROM events WHERE turn_id = ?1 AND kind = 'turn_ended' ORDER BY id LIMIT 1",
-                        [&turn_id],
-                        |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)),
-                    )
-                    .optional()?;
-                if let Some((seq, ts, data)) = ended {
+                let ended = ctx.conn.query_row(
+                    "SELECT id, ts, data FROM events WHERE turn_id = ?1 AND kind = 'turn_ended' ORDER BY id LIMIT 1",
+                    params![&turn_id],
+                )?;
+                if let Some(row) = ended {
+                    let (seq, ts, data) = (row.int(0)?, row.int(1)?, row.text(2)?);
                     let (state, message, error) = match serde_json::from_str::<EventBody>(&data)? {
                         EventBody::TurnEnded { state, message, error } => (state, message, error),
                         _ => return Err(Error::Corrupt("turn_ended row of another kind".into())),
                     };
+                    let message_id = message.map(|m| m.message_id);
                     ctx.conn.execute(
                         "UPDATE turns SET state = ?2, ended_at = ?3, ended_seq = ?4, error = ?5, message_id = ?6 WHERE turn_id = ?1",
-                        params![turn_id, state.as_str(), ts, seq, error, message.map(|m| m.message_id)],
+                        params![&turn_id, state.as_str(), ts, seq, &error, &message_id],
                     )?;
                     repaired += 1;
                 } else {
@@ -593,27 +581,26 @@ pub(super) fn end_turn_in(
                 .collect::<Vec<_>>()
                 .join(",")
         ),
-        params![turn_id, state.as_str(), now, seq, error, message_id],
+        params![turn_id, state.as_str(), now, seq, &error, &message_id],
     )?;
     if n != 1 {
         return Err(Error::Corrupt("turn changed state during end".into()));
     }
-    ctx.conn
-        .prepare_cached(
-            "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position)
-             VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7,
-                     COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * ?7 + 1))",
-        )?
-        .execute(params![
-            message_id,
-            turn.session_id,
-            text,
+    ctx.conn.execute(
+        "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position)
+         VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7,
+                 COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * CAST(?7 AS BIGINT) + 1))",
+        params![
+            &message_id,
+            &turn.session_id,
+            &text,
             MessageStatus::for_terminal(state).as_str(),
             turn_id,
             now,
             seq,
-            turn.user_message_id
-        ])?;
+            &turn.user_message_id
+        ],
+    )?;
     Ok(message)
 }
 
@@ -621,8 +608,8 @@ impl Journal {
     /// Readiness: the database answers and is at this build's schema version.
     pub async fn ready(&self) -> Result<()> {
         self.read(|conn, _| {
-            let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-            if v != super::schema::SCHEMA_VERSION {
+            let v = conn.schema_version()?;
+            if v != super::schema_version(conn.backend()) {
                 return Err(Error::Corrupt(format!("schema version {v}")));
             }
             Ok(())

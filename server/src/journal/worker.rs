@@ -3,13 +3,11 @@
 //! and ending turns, fenced by the lease token. Every check and change of one request is one
 //! write transaction, so racing requests (two claims, a cancel and a complete) are ordered.
 
-use rusqlite::{params, Connection, OptionalExtension};
 use turnstream_protocol::worker::NO_SEQ;
 use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
-use super::store::{
-    end_turn_in, fold_turn, message_by_id, message_from_row, turn_by_id, MESSAGE_COLUMNS,
-};
+use super::sql::{params, Sql};
+use super::store::{end_turn_in, fold_turn, message_by_id, messages, turn_by_id, MESSAGE_COLUMNS};
 use super::{Journal, TurnRow, WriteCtx};
 use crate::error::{Error, Result};
 use crate::lease::{Lease, LeaseError};
@@ -71,15 +69,22 @@ struct Leased {
     acked: i64,
 }
 
-fn load(conn: &Connection, turn_id: &str) -> Result<Option<Leased>> {
+fn load(conn: &dyn Sql, turn_id: &str) -> Result<Option<Leased>> {
     let Some(turn) = turn_by_id(conn, turn_id)? else {
         return Ok(None);
     };
-    let (token, owner, expires_at, acked): (Option<String>, Option<String>, Option<i64>, i64) =
-        conn.prepare_cached(
+    let row = conn
+        .query_row(
             "SELECT lease_token, lease_owner, lease_expires_at, worker_seq FROM turns WHERE turn_id = ?1",
+            params![turn_id],
         )?
-        .query_row([turn_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        .ok_or(Error::NotFound { what: "turn" })?;
+    let (token, owner, expires_at, acked) = (
+        row.opt_text(0)?,
+        row.opt_text(1)?,
+        row.opt_int(2)?,
+        row.int(3)?,
+    );
     let lease = match (token, expires_at) {
         (Some(token), Some(expires_at)) => Some(Lease {
             token,
@@ -125,18 +130,16 @@ fn end_leased(
 }
 
 /// The oldest queued turns whose session has no running turn, at most one per session.
-fn claimable(conn: &Connection, max: usize) -> Result<Vec<String>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT t.turn_id FROM turns t WHERE t.state = 'queued'
-             AND NOT EXISTS (SELECT 1 FROM turns r
-                 WHERE r.session_id = t.session_id AND r.state = 'running')
-             AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
-                 WHERE q.session_id = t.session_id AND q.state = 'queued')
-             ORDER BY t.queued_seq LIMIT ?1",
-        )?
-        .query_map([max as i64], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?)
+fn claimable(conn: &dyn Sql, max: usize) -> Result<Vec<String>> {
+    conn.query_texts(
+        "SELECT t.turn_id FROM turns t WHERE t.state = 'queued'
+         AND NOT EXISTS (SELECT 1 FROM turns r
+             WHERE r.session_id = t.session_id AND r.state = 'running')
+         AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
+             WHERE q.session_id = t.session_id AND q.state = 'queued')
+         ORDER BY t.queued_seq LIMIT ?1",
+        params![max as i64],
+    )
 }
 
 impl Journal {
@@ -171,23 +174,21 @@ impl Journal {
                     let seq = ctx.append(&turn.session_id, Some(&turn_id), |_| {
                         EventBody::TurnStarted {}
                     })?;
-                    let n = ctx
-                        .conn
-                        .prepare_cached(
-                            "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
-                                 lease_token = ?4, lease_owner = ?5, lease_expires_at = ?6,
-                                 worker_seq = ?7
-                             WHERE turn_id = ?1 AND state = 'queued'",
-                        )?
-                        .execute(params![
-                            turn_id,
+                    let n = ctx.conn.execute(
+                        "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
+                             lease_token = ?4, lease_owner = ?5, lease_expires_at = ?6,
+                             worker_seq = ?7
+                         WHERE turn_id = ?1 AND state = 'queued'",
+                        params![
+                            &turn_id,
                             ctx.now,
                             seq,
-                            lease.token,
-                            lease.owner,
+                            &lease.token,
+                            &lease.owner,
                             lease.expires_at,
                             NO_SEQ
-                        ])?;
+                        ],
+                    )?;
                     if n != 1 {
                         return Err(Error::Corrupt("turn changed state during claim".into()));
                     }
@@ -196,18 +197,20 @@ impl Journal {
                     let user_message =
                         message_by_id(ctx.conn, ctx.epoch, &turn.user_message_id)?
                             .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
-                    let mut history: Vec<Message> = ctx
-                        .conn
-                        .prepare_cached(&format!(
+                    let mut history: Vec<Message> = messages(
+                        ctx.conn,
+                        ctx.epoch,
+                        &format!(
                             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1
                              AND position < (SELECT position FROM messages WHERE message_id = ?2)
                              ORDER BY position DESC LIMIT ?3"
-                        ))?
-                        .query_map(
-                            params![turn.session_id, turn.user_message_id, history_limit as i64],
-                            |r| message_from_row(r, ctx.epoch),
-                        )?
-                        .collect::<rusqlite::Result<_>>()?;
+                        ),
+                        params![
+                            &turn.session_id,
+                            &turn.user_message_id,
+                            history_limit as i64
+                        ],
+                    )?;
                     history.reverse();
                     out.push(Claimed {
                         turn,
@@ -315,12 +318,11 @@ impl Journal {
                     }
                 }
                 lease.renew(ttl, ctx.now);
-                ctx.conn
-                    .prepare_cached(
-                        "UPDATE turns SET worker_seq = ?3, lease_expires_at = ?4
-                         WHERE turn_id = ?1 AND lease_token = ?2",
-                    )?
-                    .execute(params![turn_id, lease.token, acked, lease.expires_at])?;
+                ctx.conn.execute(
+                    "UPDATE turns SET worker_seq = ?3, lease_expires_at = ?4
+                     WHERE turn_id = ?1 AND lease_token = ?2",
+                    params![&turn_id, &lease.token, acked, lease.expires_at],
+                )?;
                 let ended = state != TurnState::Running;
                 Ok((
                     Ok(LeasedTurn {
@@ -366,11 +368,12 @@ impl Journal {
         let due: i64 = self
             .read(move |conn, _| {
                 Ok(conn
-                    .prepare_cached(
+                    .query_int(
                         "SELECT COUNT(*) FROM turns WHERE state = 'running'
                          AND lease_token IS NOT NULL AND lease_expires_at <= ?1",
+                        params![now_ms],
                     )?
-                    .query_row([now_ms], |r| r.get(0))?)
+                    .unwrap_or(0))
             })
             .await?;
         if due == 0 {
@@ -378,14 +381,11 @@ impl Journal {
         }
         let ended = self
             .write(move |ctx| {
-                let ids: Vec<String> = ctx
-                    .conn
-                    .prepare_cached(
-                        "SELECT turn_id FROM turns WHERE state = 'running'
-                         AND lease_token IS NOT NULL AND lease_expires_at <= ?1",
-                    )?
-                    .query_map([now_ms], |r| r.get(0))?
-                    .collect::<rusqlite::Result<_>>()?;
+                let ids = ctx.conn.query_texts(
+                    "SELECT turn_id FROM turns WHERE state = 'running'
+                     AND lease_token IS NOT NULL AND lease_expires_at <= ?1",
+                    params![now_ms],
+                )?;
                 let mut ended = 0;
                 for id in ids {
                     if let Some(turn) = turn_by_id(ctx.conn, &id)? {
@@ -407,11 +407,14 @@ impl Journal {
     pub async fn is_leased(&self, turn_id: &str) -> Result<bool> {
         let turn_id = turn_id.to_string();
         self.read(move |conn, _| {
-            let token: Option<Option<String>> = conn
-                .prepare_cached("SELECT lease_token FROM turns WHERE turn_id = ?1")?
-                .query_row([turn_id], |r| r.get(0))
-                .optional()?;
-            Ok(matches!(token, Some(Some(_))))
+            let token = conn.query_row(
+                "SELECT lease_token FROM turns WHERE turn_id = ?1",
+                params![&turn_id],
+            )?;
+            Ok(match token {
+                Some(row) => row.opt_text(0)?.is_some(),
+                None => false,
+            })
         })
         .await
     }

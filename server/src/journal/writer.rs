@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::health::WriteHealth;
+use super::sql::Sql;
 use super::{now_ms, WriteCtx};
 use crate::error::{Error, Result, StorageFault};
 use crate::hub::{Frame, Hub};
@@ -86,9 +86,9 @@ struct Lost {
 }
 
 impl Lost {
-    fn of(what: &str, e: &rusqlite::Error) -> Lost {
+    fn of(what: &str, e: &Error) -> Lost {
         Lost {
-            fault: StorageFault::of_sqlite(e).unwrap_or(StorageFault::Unavailable),
+            fault: e.storage_fault().unwrap_or(StorageFault::Unavailable),
             message: format!("{what}: {e}"),
         }
     }
@@ -98,8 +98,51 @@ impl Lost {
     }
 }
 
+/// The writer's connection, as each database provides it.
+pub(super) trait WriteConn: Send {
+    /// Begins a write transaction, ending one a failed rollback left open. A database shared
+    /// by several servers answers the head as of this transaction, taken under a lock every
+    /// writer takes first, so ids are handed out (and committed) in order across servers.
+    fn begin(&mut self) -> Result<Option<i64>>;
+
+    /// The connection inside the transaction [`WriteConn::begin`] opened.
+    fn sql(&self) -> &dyn Sql;
+
+    /// Whether a transaction is still open (the database may roll one back by itself after an
+    /// I/O error or a full disk).
+    fn in_transaction(&self) -> bool;
+
+    /// Commits; `head` is the last id the transaction used.
+    fn commit(&mut self, head: i64) -> Result<()>;
+
+    /// Rolls back whatever is left of the transaction.
+    fn rollback(&mut self);
+
+    /// A one-row write that touches the storage like any other, in a transaction of its own.
+    fn probe(&mut self) -> Result<()>;
+
+    /// The stored head (after a commit reported as failed).
+    fn stored_head(&mut self) -> Result<i64>;
+
+    /// Bounds the wait for a lock another connection holds.
+    fn set_busy_timeout(&mut self, wait: Duration) -> Result<()>;
+
+    /// Whether a failed statement spoils the whole transaction (PostgreSQL), so every job needs
+    /// a savepoint of its own.
+    fn needs_savepoints(&self) -> bool;
+}
+
+/// What the writer does with a committed batch's events.
+pub(super) enum Publish {
+    /// Hand them to the hub and move the head (this server is the only writer).
+    Hub,
+    /// Wake the journal tail, which reads them back in order with every other server's.
+    Tail(Arc<tokio::sync::Notify>),
+}
+
 pub(super) struct Writer {
-    pub conn: Connection,
+    pub conn: Box<dyn WriteConn>,
+    pub publish: Publish,
     pub epoch: String,
     pub hub: Arc<Hub>,
     pub metrics: Arc<Metrics>,
@@ -123,7 +166,7 @@ impl Writer {
                 } else {
                     self.busy_timeout
                 };
-                if let Err(e) = self.conn.busy_timeout(wait) {
+                if let Err(e) = self.conn.set_busy_timeout(wait) {
                     tracing::warn!(error = %e, "journal: cannot set the busy timeout");
                 }
             }
@@ -163,32 +206,14 @@ impl Writer {
     /// A write that touches the disk like any other (one row, one durable commit), run while
     /// writes fail so health returns once the storage does, even with no traffic.
     fn probe(&mut self) {
-        let result = self.leave_open_transaction().and_then(|()| {
-            self.conn
-                .execute(
-                    "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    [now_ms().to_string()],
-                )
-                .map(|_| ())
-        });
-        match result {
+        match self.conn.probe() {
             Ok(()) => self.health.record_ok(),
             Err(e) => {
-                let fault = StorageFault::of_sqlite(&e).unwrap_or(StorageFault::Unavailable);
+                let fault = e.storage_fault().unwrap_or(StorageFault::Unavailable);
                 self.health
                     .record_fault(fault, &format!("write probe failed: {e}"));
             }
         }
-    }
-
-    /// A failed rollback can leave the connection inside a transaction, where every later BEGIN
-    /// would fail; end it before starting anew.
-    fn leave_open_transaction(&self) -> rusqlite::Result<()> {
-        if self.conn.is_autocommit() {
-            return Ok(());
-        }
-        self.conn.execute_batch("ROLLBACK")
     }
 
     /// Runs `batch` in one transaction and answers every job: after the commit, or with the
@@ -199,18 +224,9 @@ impl Writer {
         batch: Vec<Job>,
         next_seq: &mut i64,
     ) -> Option<(StorageFault, String)> {
-        if let Err(e) = self.leave_open_transaction() {
-            return Some(fail_all(
-                Vec::new(),
-                batch,
-                Lost::of("cannot end an earlier transaction", &e),
-            ));
-        }
-        let tx = match self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-        {
-            Ok(tx) => tx,
+        match self.conn.begin() {
+            Ok(None) => {}
+            Ok(Some(head)) => *next_seq = head + 1,
             Err(e) => {
                 return Some(fail_all(
                     Vec::new(),
@@ -218,7 +234,8 @@ impl Writer {
                     Lost::of("cannot begin a write transaction", &e),
                 ))
             }
-        };
+        }
+        let all_savepoints = self.conn.needs_savepoints();
         let batch_start_seq = *next_seq;
         let mut completions: Vec<(Instant, Completion)> = Vec::with_capacity(batch.len());
         let mut frames: Vec<Arc<Frame>> = Vec::new();
@@ -227,8 +244,9 @@ impl Writer {
         let mut jobs = batch.into_iter();
         for job in jobs.by_ref() {
             let saved = *next_seq;
-            if job.savepoint {
-                if let Err(e) = tx.execute_batch("SAVEPOINT job") {
+            let savepoint = job.savepoint || all_savepoints;
+            if savepoint {
+                if let Err(e) = self.conn.sql().batch("SAVEPOINT job") {
                     lost = Some(Lost::of("cannot open a savepoint", &e));
                     let (_, completion) = (job.run)(None);
                     completions.push((job.enqueued, completion));
@@ -236,7 +254,7 @@ impl Writer {
                 }
             }
             let mut ctx = WriteCtx {
-                conn: &tx,
+                conn: self.conn.sql(),
                 epoch: &self.epoch,
                 next_seq: &mut *next_seq,
                 frames: Vec::new(),
@@ -255,7 +273,7 @@ impl Writer {
             }
             // SQLite may roll back the whole transaction after an I/O error or a full disk;
             // what follows would then run outside it, so the batch ends here.
-            if tx.is_autocommit() {
+            if !self.conn.in_transaction() {
                 lost = Some(Lost {
                     fault: job_fault
                         .as_ref()
@@ -264,11 +282,11 @@ impl Writer {
                 });
                 break;
             }
-            if job.savepoint {
+            if savepoint {
                 let end = if keep {
-                    tx.execute_batch("RELEASE job")
+                    self.conn.sql().batch("RELEASE job")
                 } else {
-                    tx.execute_batch("ROLLBACK TO job; RELEASE job")
+                    self.conn.sql().batch("ROLLBACK TO job; RELEASE job")
                 };
                 if let Err(e) = end {
                     // The job's changes can be neither kept apart nor undone: lose the batch.
@@ -282,16 +300,21 @@ impl Writer {
         }
         if let Some(lost) = lost {
             *next_seq = batch_start_seq;
-            drop(tx); // rolls back whatever is left of the transaction
+            self.conn.rollback();
             return Some(fail_all(completions, jobs.collect(), lost));
         }
-        match tx.commit() {
+        match self.conn.commit(*next_seq - 1) {
             Ok(()) => {
-                self.head.store(*next_seq - 1, Ordering::Release);
                 self.metrics
                     .events_appended
                     .fetch_add(frames.len() as u64, Ordering::Relaxed);
-                self.hub.publish(&frames);
+                match &self.publish {
+                    Publish::Hub => {
+                        self.head.store(*next_seq - 1, Ordering::Release);
+                        self.hub.publish(&frames);
+                    }
+                    Publish::Tail(wake) => wake.notify_one(),
+                }
                 for (enqueued, completion) in completions {
                     self.metrics
                         .append_latency
@@ -306,7 +329,14 @@ impl Writer {
                 // to be sure: should a commit reported as failed have been kept after all, the
                 // next ids must not collide with its events.
                 *next_seq = batch_start_seq;
-                if let Ok(stored) = super::store::head(&self.conn) {
+                self.conn.rollback();
+                // (A shared database's writer reads the head anew at each begin, and its tail
+                // delivers whatever was kept.)
+                let stored = match self.publish {
+                    Publish::Hub => self.conn.stored_head().ok(),
+                    Publish::Tail(_) => None,
+                };
+                if let Some(stored) = stored {
                     if stored >= batch_start_seq {
                         tracing::error!(
                             stored,
@@ -356,7 +386,7 @@ mod tests {
     /// COMMIT: a job that breaks it makes the whole batch's commit fail, as a full disk or an
     /// I/O error at commit time would.
     fn writer(dir: &std::path::Path) -> std::result::Result<Writer, Box<dyn std::error::Error>> {
-        let mut conn = Connection::open(dir.join("w.db"))?;
+        let mut conn = rusqlite::Connection::open(dir.join("w.db"))?;
         schema::configure(&conn)?;
         let epoch = schema::migrate(&mut conn)?;
         conn.execute_batch(
@@ -365,7 +395,8 @@ mod tests {
         )?;
         let metrics = Arc::new(Metrics::default());
         Ok(Writer {
-            conn,
+            conn: Box::new(conn),
+            publish: Publish::Hub,
             epoch,
             hub: Hub::with_metrics(metrics.clone()),
             metrics: metrics.clone(),
@@ -381,10 +412,12 @@ mod tests {
         })
     }
 
-    fn events(w: &Writer) -> rusqlite::Result<Vec<i64>> {
+    fn events(w: &Writer) -> Result<Vec<i64>> {
         w.conn
-            .prepare("SELECT id FROM events ORDER BY id")?
-            .query_map([], |r| r.get(0))?
+            .sql()
+            .query("SELECT id FROM events ORDER BY id", &[])?
+            .iter()
+            .map(|r| r.int(0))
             .collect()
     }
 
@@ -400,7 +433,7 @@ mod tests {
         let (poison, mut rp) = Job::new(true, |ctx| {
             let seq = ctx.append("s", Some("t"), |_| EventBody::TurnStarted {})?;
             ctx.conn
-                .execute("INSERT INTO child(parent) VALUES (42)", [])?;
+                .execute("INSERT INTO child(parent) VALUES (42)", &[])?;
             Ok(seq)
         });
         let (d, mut rd) = append(true);
@@ -419,7 +452,7 @@ mod tests {
         assert_eq!(w.head.load(Ordering::Acquire), 0);
         assert_eq!(next_seq, 1, "the ids of a rolled-back batch are free again");
         assert!(events(&w)?.is_empty());
-        assert!(w.conn.is_autocommit(), "no transaction is left open");
+        assert!(!w.conn.in_transaction(), "no transaction is left open");
 
         // The next batch commits, reusing the ids nobody saw; a job failing on its own is
         // rolled back alone and leaves no gap.
@@ -450,7 +483,7 @@ mod tests {
         // What SQLite does by itself after some I/O errors or a full disk: the whole transaction
         // is gone, and the statements that follow would run outside it.
         let (rolled_back, mut rr) = Job::new(false, |ctx| -> Result<()> {
-            ctx.conn.execute_batch("ROLLBACK")?;
+            ctx.conn.batch("ROLLBACK")?;
             Err(Error::storage(StorageFault::Full, "disk full"))
         });
         let (c, mut rc) = append(true);
@@ -474,8 +507,8 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let mut w = writer(dir.path())?;
         w.busy_timeout = Duration::from_millis(10);
-        w.conn.busy_timeout(w.busy_timeout)?;
-        let other = Connection::open(dir.path().join("w.db"))?;
+        w.conn.set_busy_timeout(w.busy_timeout)?;
+        let other = rusqlite::Connection::open(dir.path().join("w.db"))?;
         other.execute_batch("BEGIN IMMEDIATE")?;
 
         let mut next_seq = 1;

@@ -1,0 +1,429 @@
+//! The PostgreSQL side of the storage seam: [`Sql`] over a pooled `tokio-postgres` connection,
+//! the writer's connection, read transactions, the schema, and the tail that fans out what any
+//! server committed.
+//!
+//! Several servers may share one database. Every write transaction begins by locking the one
+//! row of `counter` (the head), and commits it raised with its events, so ids are handed out
+//! and committed in order across servers: a reader never sees an id before the ones below it.
+//! The journal's queries are the same as on SQLite (see [`super::sql`]); they run on blocking
+//! threads (the writer thread, or a read's `spawn_blocking`), which wait on the async client.
+
+mod schema;
+mod tail;
+
+pub(super) use schema::migrate;
+pub use schema::SCHEMA_VERSION;
+pub(super) use tail::Tail;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio::runtime::Handle;
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+use tokio_postgres::NoTls;
+
+use super::sql::{Backend, EventRow, Param, Row, Sql, Val};
+use crate::error::{Error, Result};
+
+/// Connections a server keeps to the database (reads, the writer, the tail).
+const POOL_SIZE: usize = 16;
+/// How long opening a connection may take before the request fails (and `/readyz` says 503).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The schema every table lives in (the connection's `search_path`).
+pub const SCHEMA: &str = "turnstream";
+
+/// Whether `db` names a PostgreSQL database rather than a SQLite file.
+pub fn is_url(db: &str) -> bool {
+    db.starts_with("postgres://") || db.starts_with("postgresql://")
+}
+
+/// The connection settings of `url`, with the journal's schema first on the search path.
+pub(super) fn config(url: &str) -> Result<tokio_postgres::Config> {
+    let mut cfg: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| Error::Config(format!("database URL: {e}")))?;
+    cfg.options(format!("-c search_path={SCHEMA}"))
+        .connect_timeout(CONNECT_TIMEOUT)
+        .keepalives(true)
+        .application_name("turnstream");
+    Ok(cfg)
+}
+
+/// A pool of connections to `url`.
+pub(super) fn pool(url: &str) -> Result<Pool> {
+    let manager = Manager::from_config(
+        config(url)?,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .runtime(Runtime::Tokio1)
+        .create_timeout(Some(CONNECT_TIMEOUT))
+        .wait_timeout(Some(CONNECT_TIMEOUT * 2))
+        .build()
+        .map_err(|e| Error::Config(format!("database pool: {e}")))
+}
+
+/// A pooled connection, waited on from a blocking thread.
+pub(super) struct PgClient {
+    client: Object,
+    rt: Handle,
+}
+
+impl PgClient {
+    /// Takes a connection from `pool` (waiting from a blocking thread).
+    pub(super) fn get(pool: &Pool, rt: &Handle) -> Result<PgClient> {
+        let client = rt.block_on(pool.get()).map_err(pool_error)?;
+        Ok(PgClient {
+            client,
+            rt: rt.clone(),
+        })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
+        let sql = dollar_params(sql);
+        let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+        self.rt.block_on(async {
+            let stmt = self.client.prepare_cached(&sql).await?;
+            Ok(self.client.query(&stmt, &args).await?)
+        })
+    }
+}
+
+/// `?N` and `?` parameters (SQLite's) as `$N` (PostgreSQL's); a bare `?` is the next number.
+pub(super) fn dollar_params(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut next = 1;
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '?' {
+            out.push(c);
+            continue;
+        }
+        out.push('$');
+        let mut digits = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            digits.push(*d);
+            chars.next();
+        }
+        if digits.is_empty() {
+            out.push_str(&next.to_string());
+            next += 1;
+        } else {
+            out.push_str(&digits);
+        }
+    }
+    out
+}
+
+impl ToSql for Param<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Param::Int(v) if *ty == Type::INT4 => i32::try_from(*v)?.to_sql(ty, out),
+            Param::Int(v) if *ty == Type::INT8 => v.to_sql(ty, out),
+            Param::Text(v) if *ty != Type::INT4 && *ty != Type::INT8 => v.to_sql(ty, out),
+            Param::NullInt | Param::NullText => Ok(IsNull::Yes),
+            other => Err(format!("parameter {other:?} does not fit a column of type {ty}").into()),
+        }
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        matches!(
+            *ty,
+            Type::INT4 | Type::INT8 | Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME
+        )
+    }
+
+    to_sql_checked!();
+}
+
+fn val(row: &tokio_postgres::Row, i: usize) -> Result<Val> {
+    let ty = row.columns()[i].type_();
+    Ok(if *ty == Type::INT8 {
+        row.try_get::<_, Option<i64>>(i)?
+            .map_or(Val::Null, Val::Int)
+    } else if *ty == Type::INT4 {
+        row.try_get::<_, Option<i32>>(i)?
+            .map_or(Val::Null, |v| Val::Int(v.into()))
+    } else if *ty == Type::INT2 {
+        row.try_get::<_, Option<i16>>(i)?
+            .map_or(Val::Null, |v| Val::Int(v.into()))
+    } else if *ty == Type::BOOL {
+        row.try_get::<_, Option<bool>>(i)?
+            .map_or(Val::Null, |v| Val::Int(v.into()))
+    } else {
+        row.try_get::<_, Option<String>>(i)?
+            .map_or(Val::Null, Val::Text)
+    })
+}
+
+impl Sql for PgClient {
+    fn query(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
+        self.rows(sql, params)?
+            .iter()
+            .map(|r| {
+                Ok(Row((0..r.len())
+                    .map(|i| val(r, i))
+                    .collect::<Result<_>>()?))
+            })
+            .collect()
+    }
+
+    fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
+        let sql = dollar_params(sql);
+        let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+        self.rt.block_on(async {
+            let stmt = self.client.prepare_cached(&sql).await?;
+            Ok(self.client.execute(&stmt, &args).await?)
+        })
+    }
+
+    fn batch(&self, sql: &str) -> Result<()> {
+        Ok(self.rt.block_on(self.client.batch_execute(sql))?)
+    }
+
+    fn for_each_event(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+        each: &mut dyn FnMut(EventRow<'_>) -> Result<()>,
+    ) -> Result<()> {
+        for row in self.rows(sql, params)? {
+            each(EventRow {
+                seq: row.try_get(0)?,
+                session_id: row.try_get(1)?,
+                turn_id: row.try_get(2)?,
+                ts: row.try_get(3)?,
+                kind: row.try_get(4)?,
+                data: row.try_get(5)?,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn head(&self) -> Result<i64> {
+        self.query_int("SELECT head FROM counter", &[])?
+            .ok_or_else(|| Error::Corrupt("the counter row is missing".into()))
+    }
+
+    fn schema_version(&self) -> Result<i64> {
+        schema::version(self)
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+}
+
+/// The payload of a `turnstream_floors` notification: `<floor> <session>` (session ids have no
+/// spaces).
+pub(super) fn floor_notice(session_id: &str, floor: i64) -> String {
+    format!("{floor} {session_id}")
+}
+
+/// A pool error as a storage fault: the database did not answer.
+pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => Error::Postgres(e),
+        other => Error::storage(
+            crate::error::StorageFault::Unavailable,
+            format!("database connection: {other}"),
+        ),
+    }
+}
+
+/// Read transactions on pooled connections.
+pub(super) struct Readers {
+    pool: Pool,
+    rt: Handle,
+}
+
+impl Readers {
+    pub(super) fn new(pool: Pool, rt: Handle) -> Readers {
+        Readers { pool, rt }
+    }
+
+    /// Runs `f` inside one read-only transaction that sees one snapshot (REPEATABLE READ), so a
+    /// history page and its cursor agree as on SQLite.
+    pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
+        let client = PgClient::get(&self.pool, &self.rt)?;
+        client.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+        let result = f(&client);
+        let end = client.batch("COMMIT");
+        let r = result?;
+        end?;
+        Ok(r)
+    }
+}
+
+/// The writer thread's connection: one from the pool, replaced when it breaks.
+pub(super) struct Writer {
+    pool: Pool,
+    rt: Handle,
+    client: Option<PgClient>,
+    open: bool,
+    /// The head as the open transaction found it.
+    begun_at: i64,
+}
+
+impl Writer {
+    pub(super) fn new(pool: Pool, rt: Handle) -> Writer {
+        Writer {
+            pool,
+            rt,
+            client: None,
+            open: false,
+            begun_at: 0,
+        }
+    }
+
+    fn client(&mut self) -> Result<&PgClient> {
+        if self.client.as_ref().is_none_or(PgClient::is_closed) {
+            self.client = None;
+            self.client = Some(PgClient::get(&self.pool, &self.rt)?);
+        }
+        self.client
+            .as_ref()
+            .ok_or_else(|| Error::Corrupt("no database connection".into()))
+    }
+}
+
+/// What the writer's `sql()` answers with no connection: every statement fails as unavailable.
+struct Disconnected;
+
+impl Disconnected {
+    fn error() -> Error {
+        Error::storage(
+            crate::error::StorageFault::Unavailable,
+            "no database connection",
+        )
+    }
+}
+
+impl Sql for Disconnected {
+    fn query(&self, _: &str, _: &[Param<'_>]) -> Result<Vec<Row>> {
+        Err(Self::error())
+    }
+    fn execute(&self, _: &str, _: &[Param<'_>]) -> Result<u64> {
+        Err(Self::error())
+    }
+    fn batch(&self, _: &str) -> Result<()> {
+        Err(Self::error())
+    }
+    fn for_each_event(
+        &self,
+        _: &str,
+        _: &[Param<'_>],
+        _: &mut dyn FnMut(EventRow<'_>) -> Result<()>,
+    ) -> Result<()> {
+        Err(Self::error())
+    }
+    fn head(&self) -> Result<i64> {
+        Err(Self::error())
+    }
+    fn schema_version(&self) -> Result<i64> {
+        Err(Self::error())
+    }
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+}
+
+impl super::writer::WriteConn for Writer {
+    fn begin(&mut self) -> Result<Option<i64>> {
+        self.rollback();
+        let client = self.client()?;
+        client.batch("BEGIN")?;
+        self.open = true;
+        // Every writer of every server takes this lock first: transactions that append commit
+        // one after another, in the order of their ids.
+        let head = self
+            .sql()
+            .query_int("SELECT head FROM counter FOR UPDATE", &[])?;
+        let head = head.ok_or_else(|| Error::Corrupt("the counter row is missing".into()))?;
+        self.begun_at = head;
+        Ok(Some(head))
+    }
+
+    fn sql(&self) -> &dyn Sql {
+        match &self.client {
+            Some(c) => c,
+            None => &Disconnected,
+        }
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.open && self.client.as_ref().is_some_and(|c| !c.is_closed())
+    }
+
+    fn commit(&mut self, head: i64) -> Result<()> {
+        if head != self.begun_at {
+            let sql = self.sql();
+            sql.execute("UPDATE counter SET head = ?1", &[Param::Int(head)])?;
+            // A wake-up for every server's tail, delivered at commit; never the data itself.
+            sql.batch("NOTIFY turnstream_events")?;
+        }
+        let r = self.sql().batch("COMMIT");
+        self.open = false;
+        r
+    }
+
+    fn rollback(&mut self) {
+        if !self.open {
+            return;
+        }
+        self.open = false;
+        if let Err(e) = self.sql().batch("ROLLBACK") {
+            tracing::debug!(error = %e, "journal: rollback failed; dropping the connection");
+            self.client = None;
+        }
+    }
+
+    fn probe(&mut self) -> Result<()> {
+        self.rollback();
+        self.client()?.execute(
+            "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            &[Param::Text(&super::now_ms().to_string())],
+        )?;
+        Ok(())
+    }
+
+    fn stored_head(&mut self) -> Result<i64> {
+        self.client()?.head()
+    }
+
+    fn set_busy_timeout(&mut self, _wait: Duration) -> Result<()> {
+        Ok(())
+    }
+
+    fn needs_savepoints(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dollar_params;
+
+    #[test]
+    fn parameters_are_renumbered_for_postgres() {
+        assert_eq!(
+            dollar_params("SELECT ?1, ?2 WHERE a = ?1 AND b IN (?, ?) AND c > ? LIMIT ?12"),
+            "SELECT $1, $2 WHERE a = $1 AND b IN ($1, $2) AND c > $3 LIMIT $12"
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! The journal's schema on PostgreSQL, in its own `turnstream` schema, versioned like SQLite's
+//! (the version is a row of `meta`). Migrations run in one transaction under an advisory lock,
+//! so servers starting together migrate once.
+
+use deadpool_postgres::Pool;
+
+use super::{pool_error, SCHEMA};
+use crate::error::{Error, Result};
+use crate::journal::sql::Sql;
+
+/// Migrations in order; migration `i` moves the schema from version `i` to `i + 1`. The first
+/// is SQLite's four migrations in one, with 64-bit integers throughout.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- The head: the last event id handed out. Every write transaction locks this row first and
+-- raises it with the events it appends, so ids commit in order across servers.
+CREATE TABLE counter (
+    one  BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+    head BIGINT NOT NULL
+);
+INSERT INTO counter(one, head) VALUES (TRUE, 0);
+
+CREATE TABLE events (
+    id         BIGINT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    turn_id    TEXT,
+    kind       TEXT NOT NULL,
+    ts         BIGINT NOT NULL,
+    data       TEXT NOT NULL
+);
+CREATE INDEX events_by_session ON events(session_id, id);
+CREATE INDEX events_by_turn ON events(turn_id, id) WHERE turn_id IS NOT NULL;
+
+CREATE TABLE messages (
+    seq               BIGSERIAL PRIMARY KEY,
+    message_id        TEXT NOT NULL UNIQUE,
+    session_id        TEXT NOT NULL,
+    client_message_id TEXT,
+    role              TEXT NOT NULL,
+    content           TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    turn_id           TEXT,
+    created_at        BIGINT NOT NULL,
+    event_seq         BIGINT NOT NULL,
+    position          BIGINT NOT NULL DEFAULT 0,
+    author            TEXT
+);
+CREATE INDEX messages_by_session ON messages(session_id, seq);
+CREATE UNIQUE INDEX messages_by_client_id ON messages(session_id, client_message_id)
+    WHERE client_message_id IS NOT NULL;
+CREATE INDEX messages_by_position ON messages(session_id, position);
+
+CREATE TABLE turns (
+    turn_id          TEXT PRIMARY KEY,
+    session_id       TEXT NOT NULL,
+    user_message_id  TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    created_at       BIGINT NOT NULL,
+    started_at       BIGINT,
+    ended_at         BIGINT,
+    queued_seq       BIGINT NOT NULL,
+    started_seq      BIGINT,
+    ended_seq        BIGINT,
+    error            TEXT,
+    message_id       TEXT,
+    purged           BIGINT NOT NULL DEFAULT 0,
+    usage            TEXT,
+    lease_token      TEXT,
+    lease_owner      TEXT,
+    lease_expires_at BIGINT,
+    worker_seq       BIGINT NOT NULL DEFAULT -1
+);
+CREATE INDEX turns_active ON turns(session_id, queued_seq) WHERE state IN ('queued', 'running');
+CREATE INDEX turns_to_purge ON turns(ended_at) WHERE purged = 0 AND ended_at IS NOT NULL;
+CREATE INDEX turns_leased ON turns(lease_expires_at) WHERE state = 'running' AND lease_token IS NOT NULL;
+
+CREATE TABLE floors (
+    session_id TEXT PRIMARY KEY,
+    floor_seq  BIGINT NOT NULL
+);
+"#];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Any fixed number: the advisory lock that makes migrations one server's job at a time.
+const MIGRATION_LOCK: i64 = 0x7475_726e_7374_7265;
+
+/// The version recorded in `meta` (0 for a database without the schema).
+pub(crate) fn version(conn: &dyn Sql) -> Result<i64> {
+    let v = conn
+        .query_texts("SELECT value FROM meta WHERE key = 'schema_version'", &[])?
+        .into_iter()
+        .next();
+    match v {
+        None => Ok(0),
+        Some(v) => v
+            .parse()
+            .map_err(|_| Error::Corrupt(format!("schema version {v:?}"))),
+    }
+}
+
+/// Creates the schema or brings it to [`SCHEMA_VERSION`]; refuses a newer one. Returns the
+/// journal epoch (drawn when the schema is created).
+pub(crate) async fn migrate(pool: &Pool) -> Result<String> {
+    let mut client = pool.get().await.map_err(pool_error)?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    let has_schema: bool = tx
+        .query_one(
+            &format!("SELECT to_regnamespace('{SCHEMA}') IS NOT NULL"),
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    if !has_schema {
+        tx.batch_execute(&format!("CREATE SCHEMA {SCHEMA}")).await?;
+    }
+    let has_meta: bool = tx
+        .query_one(
+            &format!("SELECT to_regclass('{SCHEMA}.meta') IS NOT NULL"),
+            &[],
+        )
+        .await?
+        .try_get(0)?;
+    let version: i64 = if has_meta {
+        match tx
+            .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+            .await?
+        {
+            Some(row) => {
+                let v: String = row.try_get(0)?;
+                v.parse()
+                    .map_err(|_| Error::Corrupt(format!("schema version {v:?}")))?
+            }
+            None => 0,
+        }
+    } else {
+        0
+    };
+    if version > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found: version,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for migration in &MIGRATIONS[version as usize..] {
+        tx.batch_execute(migration).await?;
+    }
+    tx.execute(
+        "INSERT INTO meta(key, value) VALUES ('schema_version', $1)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        &[&SCHEMA_VERSION.to_string()],
+    )
+    .await?;
+    let epoch = match tx
+        .query_opt("SELECT value FROM meta WHERE key = 'epoch'", &[])
+        .await?
+    {
+        Some(row) => row.try_get(0)?,
+        None => {
+            let e = crate::journal::schema::new_epoch();
+            tx.execute("INSERT INTO meta(key, value) VALUES ('epoch', $1)", &[&e])
+                .await?;
+            e
+        }
+    };
+    tx.commit().await?;
+    Ok(epoch)
+}

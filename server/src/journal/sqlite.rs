@@ -1,0 +1,207 @@
+//! The SQLite side of the storage seam: [`Sql`] over a `rusqlite` connection (or a transaction
+//! on one), with prepared statements cached per connection.
+
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
+use rusqlite::{Connection, ToSql};
+
+use super::sql::{Backend, EventRow, Param, Row, Sql, Val};
+use crate::error::{Error, Result};
+
+impl ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(match self {
+            Param::Int(v) => ToSqlOutput::Owned(Value::Integer(*v)),
+            Param::Text(v) => ToSqlOutput::Borrowed(ValueRef::Text(v.as_bytes())),
+            Param::NullInt | Param::NullText => ToSqlOutput::Owned(Value::Null),
+        })
+    }
+}
+
+fn val(v: ValueRef<'_>) -> Result<Val> {
+    Ok(match v {
+        ValueRef::Null => Val::Null,
+        ValueRef::Integer(i) => Val::Int(i),
+        ValueRef::Text(t) => Val::Text(
+            std::str::from_utf8(t)
+                .map_err(|e| Error::Corrupt(format!("stored text is not UTF-8: {e}")))?
+                .to_string(),
+        ),
+        ValueRef::Real(_) | ValueRef::Blob(_) => {
+            return Err(Error::Corrupt("a column of an unexpected type".into()))
+        }
+    })
+}
+
+fn text<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r str> {
+    row.get_ref(i)?
+        .as_str()
+        .map_err(|e| Error::Corrupt(format!("column {i}: {e}")))
+}
+
+impl Sql for Connection {
+    fn query(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
+        let mut stmt = self.prepare_cached(sql)?;
+        let n = stmt.column_count();
+        let mut rows = stmt.query(rusqlite::params_from_iter(params.iter()))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let mut vals = Vec::with_capacity(n);
+            for i in 0..n {
+                vals.push(val(row.get_ref(i)?)?);
+            }
+            out.push(Row(vals));
+        }
+        Ok(out)
+    }
+
+    fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
+        Ok(self
+            .prepare_cached(sql)?
+            .execute(rusqlite::params_from_iter(params.iter()))? as u64)
+    }
+
+    fn batch(&self, sql: &str) -> Result<()> {
+        Ok(self.execute_batch(sql)?)
+    }
+
+    fn for_each_event(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+        each: &mut dyn FnMut(EventRow<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut stmt = self.prepare_cached(sql)?;
+        let mut rows = stmt.query(rusqlite::params_from_iter(params.iter()))?;
+        while let Some(row) = rows.next()? {
+            let turn_id = match row.get_ref(2)? {
+                ValueRef::Null => None,
+                _ => Some(text(row, 2)?),
+            };
+            each(EventRow {
+                seq: row.get(0)?,
+                session_id: text(row, 1)?,
+                turn_id,
+                ts: row.get(3)?,
+                kind: text(row, 4)?,
+                data: text(row, 5)?,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn head(&self) -> Result<i64> {
+        // AUTOINCREMENT's counter: never lowered, even when cleanup deletes the newest rows.
+        Ok(self
+            .query_int("SELECT seq FROM sqlite_sequence WHERE name = 'events'", &[])?
+            .unwrap_or(0))
+    }
+
+    fn schema_version(&self) -> Result<i64> {
+        Ok(self.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+}
+
+impl super::writer::WriteConn for Connection {
+    fn begin(&mut self) -> Result<Option<i64>> {
+        self.rollback();
+        // IMMEDIATE: take the write lock now, not at the first write halfway through a batch.
+        self.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(None)
+    }
+
+    fn sql(&self) -> &dyn Sql {
+        self
+    }
+
+    fn in_transaction(&self) -> bool {
+        !self.is_autocommit()
+    }
+
+    fn commit(&mut self, _head: i64) -> Result<()> {
+        Ok(self.execute_batch("COMMIT")?)
+    }
+
+    fn rollback(&mut self) {
+        // A failed rollback can leave the connection inside a transaction, where every later
+        // BEGIN would fail; the next begin tries again.
+        if !self.is_autocommit() {
+            if let Err(e) = self.execute_batch("ROLLBACK") {
+                tracing::debug!(error = %e, "journal: rollback failed");
+            }
+        }
+    }
+
+    fn probe(&mut self) -> Result<()> {
+        self.rollback();
+        Sql::execute(
+            self,
+            "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            &[Param::Text(&super::now_ms().to_string())],
+        )?;
+        Ok(())
+    }
+
+    fn stored_head(&mut self) -> Result<i64> {
+        Sql::head(self)
+    }
+
+    fn set_busy_timeout(&mut self, wait: std::time::Duration) -> Result<()> {
+        Ok(self.busy_timeout(wait)?)
+    }
+
+    fn needs_savepoints(&self) -> bool {
+        false
+    }
+}
+
+/// Read connections of a SQLite journal: opened read-only on demand, a few kept idle.
+pub(super) struct Readers {
+    path: std::path::PathBuf,
+    busy_timeout: std::time::Duration,
+    idle: std::sync::Mutex<Vec<Connection>>,
+}
+
+/// Idle read connections kept open.
+const MAX_IDLE_READERS: usize = 16;
+
+impl Readers {
+    pub(super) fn new(path: &std::path::Path, busy_timeout: std::time::Duration) -> Readers {
+        Readers {
+            path: path.to_path_buf(),
+            busy_timeout,
+            idle: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `f` inside one read transaction on a pooled connection.
+    pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
+        let conn = match crate::lock(&self.idle).pop() {
+            Some(c) => c,
+            None => {
+                let conn = Connection::open_with_flags(
+                    &self.path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                super::schema::configure_with(&conn, self.busy_timeout)?;
+                conn
+            }
+        };
+        let result = (|| {
+            let tx = conn.unchecked_transaction()?;
+            let r = f(&*tx);
+            drop(tx);
+            r
+        })();
+        let mut pool = crate::lock(&self.idle);
+        if pool.len() < MAX_IDLE_READERS {
+            pool.push(conn);
+        }
+        result
+    }
+}
