@@ -1,11 +1,13 @@
 // The package's subpath exports in a real browser, in pages built by esbuild against pkg/:
 // - turnstream/ai-sdk under the AI SDK 5's useChat (@ai-sdk/react, React 19): a streamed reply
 //   with reasoning, tool and text parts, stop() cancelling the turn, a failed turn as an error,
-//   a reload mid-turn resumed with `resume: true` with no duplicate text, and reconnectToStream
-//   answering null when nothing is in flight;
+//   a reload mid-turn resumed with `resume: true` with no duplicate text (a plain reply, and one
+//   after thinking and a tool call), and reconnectToStream answering null when nothing is in
+//   flight;
 // - turnstream/react's useTurnstream under StrictMode, with React 19 and React 18: state updates,
 //   one live client and subscription after the double mount and none after unmount, and a
-//   sessionId change reconnecting.
+//   sessionId change reconnecting;
+// - tsc --strict on a TypeScript consumer of both entries (the transport as ai@5's ChatTransport).
 // Each scenario gets its own server (the real binary, serving the built pages) and browser
 // context. The last line printed is "N passed, N failed".
 import { chromium } from "playwright-core";
@@ -181,6 +183,41 @@ scenario("a reload mid-turn: useChat({ resume: true }) shows the whole reply onc
     assert(chunks[2].type === "text-delta" && chunks[2].delta.startsWith("x1 x2 x3 "), "its first delta replays the reply from its first word");
     assert(chunks.filter((c) => c.type === "text-delta").length > 2, "then live deltas followed");
     assertEq(chunks.at(-1), { type: "finish" }, "and it finished");
+    return page;
+  });
+
+scenario("a reload mid-reply after thinking and a tool call: the resumed message has every part once, in order",
+  ["--demo-delay-ms", "150"], async ({ context, server, session }) => {
+    let page = await openChat(context, server, session, { resume: true });
+    await page.evaluate(() => { window.chat.sendMessage({ text: "what is durable?" }); });
+    const before = await until("the reply's text to start", async () => {
+      const v = await chatView(page);
+      const text = v.messages[1]?.parts.find((p) => p.type === "text")?.text ?? "";
+      return text.split(" ").length > 3 && v;
+    });
+    const turnId = turnOf(before.messages[1]);
+    await page.reload();
+    await until("the resumed page to render", () => page.evaluate(() => !!window.view));
+    await until("the resumed stream to show text", async () =>
+      (await chatView(page)).messages[0]?.parts.some((p) => p.type === "text"));
+    assertEq((await server.turn(turnId)).state, "running", "the turn was still running when the page resumed it");
+    const v = await until("the resumed reply to end", async () => {
+      const v = await chatView(page);
+      return v.status === "ready" && v;
+    });
+    const turn = await server.turn(turnId);
+    assertEq(turn.state, "completed", "the turn completed");
+    assertEq(v.messages.map((m) => m.id), [`turn:${turnId}`], "one message");
+    assertEq(parts(v.messages[0]), [
+      { type: "reasoning", text: turn.thinking, state: "done" },
+      { type: "tool-lookup", toolCallId: "call_lookup", state: "output-available", input: { query: "what is durable?" },
+        output: "16 characters, 3 words", providerExecuted: true },
+      { type: "text", text: turn.text, state: "done" },
+    ], "reasoning, the tool call and the text, each once");
+    const [req] = await requests(page);
+    assertEq(chunkTypes(req.chunks), ["start", "reasoning-start", "reasoning-delta", "reasoning-end", "tool-input-available",
+      "tool-output-available", "text-start", "text-delta", "text-end", "finish"], "the replay, then the live deltas");
+    assertEq(req.chunks[2], { type: "reasoning-delta", id: req.chunks[1].id, delta: turn.thinking }, "the thinking replayed whole, in one delta");
     return page;
   });
 
