@@ -1,5 +1,5 @@
 import type { ChatTransport, UIMessage, UIMessageChunk } from "ai";
-import type { ChatClient, ConnectOptions, InitInput } from "./turnstream.js";
+import type { ChatClient, ChatState, ConnectOptions, InitInput } from "./turnstream.js";
 
 export interface TurnstreamChatTransportOptions extends Omit<ConnectOptions, "sessionId"> {
   /** Passed to the package's `init` when its wasm is not next to its JS (a bundler that does
@@ -24,3 +24,11 @@ export declare class TurnstreamChatTransport<UI_MESSAGE extends UIMessage = UIMe
   /** Closes every ChatClient the transport opened (never cancels a turn). */
   close(): Promise<void>;
 }
+
+/**
+ * A ChatClient state's messages as UI messages, for `useChat`'s `messages` (useChat keeps none
+ * across a reload): each entry under its `key`, so a turn that `reconnectToStream` resumes
+ * (its `start` names the same key) replaces its entry instead of showing a second reply.
+ * Messages the server refused are left out; thinking, tool calls and text become parts.
+ */
+export declare function toUIMessages<UI_MESSAGE extends UIMessage = UIMessage>(state: ChatState): UI_MESSAGE[];

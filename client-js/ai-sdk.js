@@ -109,6 +109,33 @@ export class TurnstreamChatTransport {
   }
 }
 
+/**
+ * A ChatClient state's messages as UI messages (for useChat's `messages`): each entry under its
+ * key, so a resumed turn (whose `start` names the same key) replaces its entry instead of
+ * adding a second reply. Messages the server refused are left out.
+ */
+export function toUIMessages(state) {
+  const out = [];
+  for (const m of state.messages) {
+    if (m.role === "user") {
+      if (m.status !== "rejected") out.push({ id: m.key, role: "user", parts: [{ type: "text", text: m.content }] });
+      continue;
+    }
+    const done = ENDED.has(m.status);
+    const parts = [];
+    if (m.thinking) parts.push({ type: "reasoning", text: m.thinking, state: done ? "done" : "streaming" });
+    for (const t of m.tools) {
+      const part = { type: `tool-${t.name}`, toolCallId: t.callId, state: "input-available", input: parsePreview(t.inputPreview), providerExecuted: true };
+      if (t.status === "finished") Object.assign(part, { state: "output-available", output: parsePreview(t.outputPreview) });
+      else if (t.status === "failed") Object.assign(part, { state: "output-error", errorText: t.outputPreview || "the tool failed" });
+      parts.push(part);
+    }
+    if (m.content) parts.push({ type: "text", text: m.content, state: done ? "done" : "streaming" });
+    out.push({ id: m.key, role: "assistant", parts });
+  }
+  return out;
+}
+
 const assistantOf = (state, turnId) => state.messages.find((m) => m.role === "assistant" && m.turnId === turnId);
 
 /** The state once the stream is live (or the link is down for good, or after a deadline); null if aborted. */

@@ -1,9 +1,9 @@
 // The package's subpath exports in a real browser, in pages built by esbuild against pkg/:
 // - turnstream/ai-sdk under the AI SDK 5's useChat (@ai-sdk/react, React 19): a streamed reply
 //   with reasoning, tool and text parts, stop() cancelling the turn, a failed turn as an error,
-//   a reload mid-turn resumed with `resume: true` with no duplicate text (a plain reply, and one
-//   after thinking and a tool call), and reconnectToStream answering null when nothing is in
-//   flight;
+//   a reload mid-turn resumed with `resume: true` with no duplicate text (a plain reply, one
+//   after thinking and a tool call, one over messages from toUIMessages), and reconnectToStream
+//   answering null when nothing is in flight;
 // - turnstream/react's useTurnstream under StrictMode, with React 19 and React 18: state updates,
 //   one live client and subscription after the double mount and none after unmount, and a
 //   sessionId change reconnecting;
@@ -44,10 +44,10 @@ const scenario = (name, flags, fn) => scenarios.push({ name, flags: ["--messages
 
 // ---------------------------------------------------------------- turnstream/ai-sdk + useChat
 
-async function openChat(context, server, session, { resume = false } = {}) {
+async function openChat(context, server, session, { resume = false, initial = false } = {}) {
   const page = await context.newPage();
   page.on("pageerror", (e) => console.error(`  [page error] ${e.message}`));
-  await page.goto(`${server.url}/ai.html?session=${session}${resume ? "&resume=1" : ""}`);
+  await page.goto(`${server.url}/ai.html?session=${session}${resume ? "&resume=1" : ""}${initial ? "&initial=1" : ""}`);
   await until("useChat to render", () => page.evaluate(() => !!window.view));
   return page;
 }
@@ -221,6 +221,44 @@ scenario("a reload mid-reply after thinking and a tool call: the resumed message
     return page;
   });
 
+scenario("a reload mid-turn with useChat's messages from toUIMessages: the resumed reply replaces its cached entry, shown once",
+  ["--demo-delay-ms", "30", "--coalesce-ms", "0"], async ({ context, server, session }) => {
+    const page = await openChat(context, server, session, { resume: true, initial: true });
+    await page.evaluate(() => { window.chat.sendMessage({ text: "/echo before" }); });
+    await until("the first reply", async () => {
+      const v = await chatView(page);
+      return v.status === "ready" && v.messages.length === 2;
+    });
+    await page.evaluate(() => { window.chat.sendMessage({ text: "/deltas 300" }); });
+    const before = await until("30 deltas shown", async () => {
+      const v = await chatView(page);
+      const text = v.messages[3]?.parts.find((p) => p.type === "text")?.text ?? "";
+      return text.includes("x30 ") && v;
+    });
+    const turnId = turnOf(before.messages[3]);
+    await page.reload();
+    await until("the resumed page to render", () => page.evaluate(() => !!window.view));
+    const initial = await page.evaluate(() => window.initial);
+    assertEq(initial.map((m) => [m.role, m.parts.map((p) => p.type)]),
+      [["user", ["text"]], ["assistant", ["text"]], ["user", ["text"]], ["assistant", ["text"]]], "useChat started with the cached messages");
+    assertEq(initial[3].id, `turn:${turnId}`, "the cached reply under its key");
+    assert(initial[3].parts[0].state === "streaming" && initial[3].parts[0].text.includes("x30 "), "still streaming in the cache");
+    const v = await until("the resumed reply to end", async () => {
+      const v = await chatView(page);
+      return v.status === "ready" && (await requests(page)).length === 1 && v;
+    });
+    assertEq(v.error, null, "no error");
+    assertEq(v.messages.map((m) => [m.role, m.parts.map(part)]), [
+      ["user", [{ type: "text", text: "/echo before", state: undefined }]],
+      ["assistant", [{ type: "text", text: "before", state: "done" }]],
+      ["user", [{ type: "text", text: "/deltas 300", state: undefined }]],
+      ["assistant", [{ type: "text", text: deltasText(300), state: "done" }]],
+    ], "every message once, the resumed reply whole");
+    assertEq(v.messages[3].id, `turn:${turnId}`, "in place of its cached entry");
+    assertEq((await requests(page)).map((r) => r.kind), ["reconnect"], "it was resumed");
+    return page;
+  });
+
 scenario("reconnectToStream answers null when nothing is in flight, and a stream for a queued turn",
   ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
     const done = await server.post(session, "/echo finished before the page opened");
@@ -268,7 +306,7 @@ for (const react of ["react19", "react18"]) {
   scenario(`${react}: useTurnstream under StrictMode: state updates, one live client and subscription, none after unmount`,
     ["--demo-delay-ms", "10"], async ({ context, server, session }) => {
       const page = await openHook(context, server);
-      await page.evaluate((s) => window.app.mount(s), session);
+      await page.evaluate((s) => window.app.mount(s, "memory"), session);
       await until("connecting, then live", async () => (await hookView(page))?.connection === "live");
       const c = await until("one client and one subscription left after the double mount", async () => {
         const c = await counts(page);
@@ -306,7 +344,7 @@ for (const react of ["react19", "react18"]) {
       return page;
     });
 
-  scenario(`${react}: a new sessionId closes the old client and connects the new one`,
+  scenario(`${react}: a new sessionId closes the old client and connects the new one (IndexedDB storage)`,
     ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
       const a = `${session}-a`, b = `${session}-b`;
       await server.post(a, "/echo in a");
@@ -332,9 +370,11 @@ for (const react of ["react19", "react18"]) {
       await shown(a, "/echo in a|in a");
       const c = await counts(page);
       assertEq([c.clients, c.subscriptions], [1, 1], "still one client and one subscription");
+      await until("the server to count one stream", async () => (await server.metric("turnstream_connections")) === 1);
       assertEq((await server.history(a)).messages.length, 2, "nothing was sent to a");
       await page.evaluate(() => window.app.unmount());
       await until("no client after unmount", async () => (await counts(page)).clients === 0);
+      await until("the server to count no stream", async () => (await server.metric("turnstream_connections")) === 0);
       return page;
     });
 }

@@ -1,10 +1,11 @@
-// useChat (AI SDK 5, @ai-sdk/react) over turnstream/ai-sdk. ?session=<id>&resume=1.
+// useChat (AI SDK 5, @ai-sdk/react) over turnstream/ai-sdk. ?session=<id>&resume=1&initial=1
+// (initial: useChat starts with the messages the ChatClient has, through toUIMessages).
 // What the page shows is also published as window.view; every chunk the transport produced, per
 // request, is recorded in window.requests.
 import { useChat } from "@ai-sdk/react";
 import { useEffect, useState } from "react";
 import { createRoot } from "react-dom/client";
-import { TurnstreamChatTransport } from "turnstream/ai-sdk";
+import { TurnstreamChatTransport, toUIMessages } from "turnstream/ai-sdk";
 
 const params = new URLSearchParams(location.search);
 const session = params.get("session");
@@ -40,9 +41,11 @@ class RecordingTransport extends TurnstreamChatTransport {
 
 const transport = new RecordingTransport({ storage: "indexeddb" });
 window.transport = transport;
+const initial = params.get("initial") === "1" ? toUIMessages((await transport.client(session)).state()) : undefined;
+window.initial = initial;
 
 function Chat() {
-  const { messages, sendMessage, stop, status, error } = useChat({ id: session, transport, resume });
+  const { messages, sendMessage, stop, status, error } = useChat({ id: session, transport, resume, messages: initial });
   window.chat = { sendMessage, stop };
   window.view = { status, error: error ? error.message : null, messages };
   const [, force] = useState(0);

@@ -1,6 +1,6 @@
 // useTurnstream under StrictMode (built once with React 19, once with React 18). The page counts
 // live ChatClients and subscriptions by wrapping the package's ChatClient, and exposes
-// window.app: mount(session), unmount(), setSession(session), send(text), cancel(), counts().
+// window.app: mount(session, storage), unmount(), setSession(session), send(text), cancel(), counts().
 import { StrictMode, useState, version } from "react";
 import { createRoot } from "react-dom/client";
 import { ChatClient } from "turnstream";
@@ -37,8 +37,8 @@ ChatClient.prototype.subscribe = function (listener) {
 };
 
 let api = null;
-function Chat({ sessionId }) {
-  const t = useTurnstream({ sessionId, storage: "memory" });
+function Chat({ sessionId, storage }) {
+  const t = useTurnstream({ sessionId, storage });
   counts.renders++;
   api = t;
   window.view = { sessionId: t.state.sessionId, connection: t.state.connection, busy: t.state.busy,
@@ -51,17 +51,18 @@ function Chat({ sessionId }) {
 }
 
 let setSession = null;
-function App({ initial }) {
+function App({ initial, storage }) {
   const [sessionId, set] = useState(initial);
   setSession = set;
-  return <Chat sessionId={sessionId} />;
+  return <Chat sessionId={sessionId} storage={storage} />;
 }
 
 const root = createRoot(document.getElementById("root"));
 window.app = {
   reactVersion: version,
-  mount(session) {
-    root.render(<StrictMode><App initial={session} /></StrictMode>);
+  /** `storage`: undefined (the default, IndexedDB) or "memory". */
+  mount(session, storage) {
+    root.render(<StrictMode><App initial={session} storage={storage} /></StrictMode>);
   },
   unmount() {
     root.render(null);

@@ -3,7 +3,7 @@
 import { useChat } from "@ai-sdk/react";
 import type { ChatTransport, UIMessage, UIMessageChunk } from "ai";
 import init, { type ChatState } from "turnstream";
-import { TurnstreamChatTransport } from "turnstream/ai-sdk";
+import { TurnstreamChatTransport, toUIMessages } from "turnstream/ai-sdk";
 import { useTurnstream, type UseTurnstreamResult } from "turnstream/react";
 
 type Meta = { createdAt: number };
@@ -16,7 +16,8 @@ export async function aiSdk(): Promise<void> {
   const plain: ChatTransport<UIMessage> = new TurnstreamChatTransport();
   const stream: ReadableStream<UIMessageChunk> | null = await plain.reconnectToStream({ chatId: "s" });
   void stream;
-  const chat = useChat<MyMessage>({ id: "support-42", transport: asTransport, resume: true });
+  const messages: MyMessage[] = toUIMessages<MyMessage>((await transport.client("support-42")).state());
+  const chat = useChat<MyMessage>({ id: "support-42", transport: asTransport, resume: true, messages });
   await chat.sendMessage({ text: "hello" });
   const client = await transport.client("support-42");
   const state: ChatState = client.state();
