@@ -1,6 +1,7 @@
 // The package's subpath exports in a real browser, in pages built by esbuild against pkg/:
 // - turnstream/ai-sdk under the AI SDK 5's useChat (@ai-sdk/react, React 19): a streamed reply
-//   with reasoning, tool and text parts, stop() cancelling the turn, a failed turn as an error,
+//   with reasoning, tool and text parts, stop() cancelling the turn (also before the POST got
+//   through), a failed turn as an error,
 //   a reload mid-turn resumed with `resume: true` with no duplicate text (a plain reply, one
 //   after thinking and a tool call, one over messages from toUIMessages), and reconnectToStream
 //   answering null when nothing is in flight;
@@ -126,6 +127,35 @@ scenario("stop() aborts the request and cancels the turn on the server; the part
       return v.status === "ready" && v.messages.length === 4 && v;
     });
     assertEq(parts(after.messages[3]), [{ type: "text", text: "after the stop", state: "done" }], "the next reply, whole");
+    return page;
+  });
+
+scenario("stop() before the message reached the server: the turn is cancelled as soon as it exists",
+  ["--demo-delay-ms", "30"], async ({ context, server, session }) => {
+    const page = await openChat(context, server, session);
+    // Hold the POST, as a slow network would.
+    let release;
+    const released = new Promise((r) => (release = r));
+    let held = 0;
+    await page.route("**/api/sessions/*/messages", async (route) => {
+      held++;
+      await released;
+      await route.continue();
+    });
+    await page.evaluate(() => { window.chat.sendMessage({ text: "/deltas 1000" }); });
+    await until("the POST to be held", async () => held > 0);
+    assertEq((await chatView(page)).status, "submitted", "useChat waits for the turn");
+    await page.evaluate(() => window.chat.stop());
+    assertEq((await chatView(page)).status, "ready", "stop() returned");
+    release();
+    const turnId = await until("the message to reach the server", async () =>
+      (await server.history(session)).messages.find((m) => m.role === "user")?.turn_id);
+    const turn = await until("the turn to end", async () => {
+      const t = await server.turn(turnId);
+      return t.state !== "queued" && t.state !== "running" && t;
+    });
+    assertEq(turn.state, "cancelled", "the transport cancelled it once its id was known");
+    assertEq((await chatView(page)).messages.map((m) => m.role), ["user"], "useChat shows no reply");
     return page;
   });
 
