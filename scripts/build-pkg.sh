@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the npm package `turnstream` into pkg/ (not committed): the release wasm of
 # client-wasm, its JS glue and TypeScript types from wasm-bindgen (--target web), a shrink by
-# wasm-opt when a working one is installed, and pkg/package.json. Prints the gzipped size.
+# wasm-opt when a working one is installed, the plain-JS subpath exports from client-js/
+# (turnstream/ai-sdk, turnstream/react) and pkg/package.json. Prints the gzipped sizes.
 #
 # Needs: the wasm32-unknown-unknown target, wasm-bindgen-cli at exactly the version of the
 # `wasm-bindgen` crate in Cargo.lock, node (to write package.json). `./run setup` installs them.
@@ -82,6 +83,11 @@ else
   log "wasm-opt skipped: no binaryen >= 116 found (npm i binaryen@132 installs one)"
 fi
 
+log "subpath exports (client-js/: ai-sdk, react)"
+for sub in ai-sdk react; do
+  cp "client-js/$sub.js" "client-js/$sub.d.ts" "$OUT/"
+done
+
 log "pkg/package.json"
 version=$(cargo metadata --no-deps --format-version 1 |
   node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const p=JSON.parse(s).packages.find(p=>p.name===process.argv[1]);process.stdout.write(p.version)})' "$CRATE")
@@ -100,10 +106,17 @@ const pkg = {
   types: "./turnstream.d.ts",
   exports: {
     ".": { types: "./turnstream.d.ts", import: "./turnstream.js", default: "./turnstream.js" },
+    "./ai-sdk": { types: "./ai-sdk.d.ts", import: "./ai-sdk.js", default: "./ai-sdk.js" },
+    "./react": { types: "./react.d.ts", import: "./react.js", default: "./react.js" },
     "./turnstream_bg.wasm": "./turnstream_bg.wasm",
     "./package.json": "./package.json",
   },
-  files: ["turnstream.js", "turnstream.d.ts", "turnstream_bg.wasm", "turnstream_bg.wasm.d.ts"],
+  files: ["turnstream.js", "turnstream.d.ts", "turnstream_bg.wasm", "turnstream_bg.wasm.d.ts",
+    "ai-sdk.js", "ai-sdk.d.ts", "react.js", "react.d.ts"],
+  // turnstream/react imports react; turnstream/ai-sdk imports nothing of `ai` at runtime (its
+  // types do). Neither is needed by the main entry.
+  peerDependencies: { react: ">=18", ai: ">=5" },
+  peerDependenciesMeta: { react: { optional: true }, ai: { optional: true } },
   sideEffects: false,
   keywords: ["chat", "sse", "eventsource", "streaming", "llm", "wasm"],
 };
@@ -117,3 +130,8 @@ js_gz=$(gz "$OUT/$NAME.js")
 printf 'pkg/%s_bg.wasm: %s bytes (%s gzipped)\n' "$NAME" "$(wc -c <"$wasm" | tr -d ' ')" "$wasm_gz"
 printf 'pkg/%s.js:      %s bytes (%s gzipped)\n' "$NAME" "$(wc -c <"$OUT/$NAME.js" | tr -d ' ')" "$js_gz"
 printf 'total gzipped:  %s bytes\n' "$((wasm_gz + js_gz))"
+for sub in ai-sdk react; do
+  # Plain JS over the above: an app that imports turnstream/<sub> downloads it on top.
+  printf '%-24s%s bytes (%s gzipped): turnstream/%s\n' "pkg/$sub.js:" \
+    "$(wc -c <"$OUT/$sub.js" | tr -d ' ')" "$(gz "$OUT/$sub.js")" "$sub"
+done

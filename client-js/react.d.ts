@@ -1,0 +1,29 @@
+import type { CancelResult, ChatClient, ChatState, ConnectOptions, InitInput, LoadOlderResult, SendResult } from "./turnstream.js";
+
+export interface UseTurnstreamOptions extends ConnectOptions {
+  /** Passed to the package's `init` on the first connect when its wasm is not next to its JS. */
+  wasm?: InitInput | Promise<InitInput>;
+}
+
+export interface UseTurnstreamResult {
+  /** The client's state (through `useSyncExternalStore`); until it is connected, an empty state
+   *  with `connection: "connecting"`. */
+  readonly state: ChatState;
+  /** `ChatClient.send`; waits for the client when it is still connecting. */
+  send(content: string): Promise<SendResult>;
+  /** `ChatClient.cancel`; without a turn id, the session's oldest queued or running turn
+   *  (resolves `null` when there is none). */
+  cancel(turnId?: string): Promise<CancelResult | null>;
+  /** `ChatClient.loadOlder`. */
+  loadOlder(): Promise<LoadOlderResult>;
+  /** The connected client, or null while connecting. */
+  readonly client: ChatClient | null;
+}
+
+/**
+ * A ChatClient for the life of the component: connects on mount, closes on unmount, connects
+ * again when `sessionId`, `baseUrl`, `storage` or `historyLimit` change (a new `getToken`
+ * function does not reconnect; the latest is always called). `send`, `cancel` and `loadOlder`
+ * keep their identity across renders.
+ */
+export declare function useTurnstream(options: UseTurnstreamOptions): UseTurnstreamResult;
