@@ -7,6 +7,7 @@
 #   scripts/pg-cluster.sh restart   pg_ctl restart -m fast (a PostgreSQL restart under load)
 #   scripts/pg-cluster.sh stop      pg_ctl stop -m immediate (nothing in it is kept for later)
 #   scripts/pg-cluster.sh status    exit 0 when running
+#   scripts/pg-cluster.sh bindir    install PostgreSQL when missing; print the folder of its programs
 # The folder is $TURNSTREAM_PG_DIR, by default pg/ in the build folder (${CARGO_TARGET_DIR:-target}).
 # As root, initdb and the server run as the `postgres` OS user, which must own the folder and be
 # able to reach it; where the checkout's parent folders are closed to that user, the cluster lives
@@ -250,5 +251,6 @@ case "${1:-}" in
   restart) restart ;;
   stop) stop ;;
   status) running ;;
-  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  bindir) bindir ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
