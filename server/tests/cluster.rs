@@ -228,6 +228,68 @@ fn the_database_name_in_a_url_is_replaced() -> TestResult {
     Ok(())
 }
 
+/// `turnstream_connections_total` (streams opened) of each running node (0 for one that is down).
+async fn streams_per_node(s: &TestServer) -> TestResult<Vec<f64>> {
+    let mut out = Vec::new();
+    for i in 0..s.node_count() {
+        out.push(if s.node_running(i) {
+            s.node(i).counter("turnstream_connections_total").await?
+        } else {
+            0.0
+        });
+    }
+    Ok(out)
+}
+
+/// Opens `n` streams through the proxy (each a new connection) and keeps them open.
+async fn open_streams(s: &TestServer, n: usize) -> TestResult<Vec<SseClient>> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(s.stream("session=rotation", None).await?);
+    }
+    Ok(out)
+}
+
+/// The test support's node controls: each connection through the proxy goes to the next node; a
+/// node that is down is out of the rotation and the others answer; once started again (on a new
+/// port) it is back in; `restart` brings every node back on the same database, the proxy staying
+/// where it is.
+#[tokio::test]
+async fn the_proxy_follows_nodes_going_down_and_coming_back() -> TestResult {
+    let _pg = PG_CLUSTER.read().await;
+    let Some(mut s) = nodes("node_controls", 3, &[])? else {
+        return Ok(());
+    };
+    let proxy = s.url.clone();
+    let _open = open_streams(&s, 6).await?;
+    assert_eq!(streams_per_node(&s).await?, vec![2.0, 2.0, 2.0]);
+
+    let old = s.node_urls();
+    s.kill9_node(1)?;
+    assert!(!s.node_running(1));
+    let _more = open_streams(&s, 4).await?;
+    let now = streams_per_node(&s).await?;
+    assert_eq!(
+        now[0] + now[2],
+        8.0,
+        "node 1 is out of the rotation: {now:?}"
+    );
+
+    s.start_node(1)?;
+    assert!(s.node_running(1));
+    assert_ne!(s.node_urls()[1], old[1], "a new port");
+    let _again = open_streams(&s, 3).await?;
+    assert_eq!(streams_per_node(&s).await?[1], 1.0, "node 1 is back in");
+
+    s.restart(None)?;
+    for i in 0..3 {
+        assert_eq!(s.node(i).get_json("/readyz").await?.0, 200, "node {i}");
+    }
+    assert_eq!(s.url, proxy, "the proxy stays where it is");
+    assert!(s.database_url().is_some_and(|u| u.contains("/ts_")));
+    Ok(())
+}
+
 /// Three processes started at the same moment on an empty database (so racing to create and
 /// migrate the schema) all come up and serve; the one journal is visible from each.
 #[tokio::test]
