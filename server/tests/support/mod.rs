@@ -1,10 +1,18 @@
 //! Test support: the real `turnstream` binary on port 0 with a temporary database, and an HTTP
 //! and SSE client that speaks to it as a browser would.
+//!
+//! On PostgreSQL (`TURNSTREAM_TEST_DATABASE_URL`, see [`pg`]) each server gets a fresh database
+//! of its own instead of a SQLite file, and with `TURNSTREAM_TEST_NODES=N` (N > 1) it is N
+//! processes on that database behind a round-robin proxy ([`cluster`]): every request and every
+//! stream (re)connect goes to another node.
 #![allow(dead_code)]
 
+pub mod cluster;
+pub mod pg;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader};
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,15 +27,46 @@ pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>
 /// How long any wait in these tests may take before it fails.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
-/// A running server process.
-pub struct TestServer {
+/// Where requests go: a server (through the proxy when it has several nodes) or one node of it.
+/// A [`TestServer`] dereferences to its own, so `s.url`, `s.http` and `s.send(..)` work on it.
+#[derive(Clone)]
+pub struct Api {
     pub url: String,
+    pub http: reqwest::Client,
+}
+
+/// One server process.
+struct Node {
+    url: String,
+    child: Option<Child>,
+}
+
+/// A running server: one process, or on PostgreSQL with `TURNSTREAM_TEST_NODES` (or
+/// [`TestServer::start_nodes`]) several sharing one database behind a round-robin proxy.
+pub struct TestServer {
+    api: Api,
     pub dir: tempfile::TempDir,
     /// The database file, when not the default one in `dir`.
     db: Option<PathBuf>,
+    /// The PostgreSQL database, when the tests run on PostgreSQL.
+    database: Option<pg::TestDatabase>,
     args: Vec<String>,
-    child: Option<Child>,
-    pub http: reqwest::Client,
+    nodes: Vec<Node>,
+    proxy: Option<cluster::Proxy>,
+}
+
+impl Deref for TestServer {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
+    }
+}
+
+/// A test may swap the client (say, for one that sends a key with every request).
+impl DerefMut for TestServer {
+    fn deref_mut(&mut self) -> &mut Api {
+        &mut self.api
+    }
 }
 
 impl TestServer {
@@ -39,19 +78,59 @@ impl TestServer {
 
     /// [`TestServer::start`] with the database at `db` (say, on a small filesystem the test
     /// mounted) instead of in the server's temporary folder.
+    ///
+    /// On PostgreSQL a given `db` still means that SQLite file, with one process.
     pub fn start_with_db(db: Option<PathBuf>, extra: &[&str]) -> TestResult<TestServer> {
+        let nodes = if db.is_some() { 1 } else { pg::nodes() };
+        Self::launch(db, nodes, extra)
+    }
+
+    /// `n` processes on one fresh PostgreSQL database, behind a round-robin proxy at `url` when
+    /// `n` > 1 (see [`TestServer::node`] to address one). Needs `TURNSTREAM_TEST_DATABASE_URL`.
+    pub fn start_nodes(n: usize, extra: &[&str]) -> TestResult<TestServer> {
+        if pg::admin_url().is_none() {
+            return Err(
+                "several nodes need PostgreSQL: TURNSTREAM_TEST_DATABASE_URL is unset".into(),
+            );
+        }
+        Self::launch(None, n.max(1), extra)
+    }
+
+    fn launch(db: Option<PathBuf>, n: usize, extra: &[&str]) -> TestResult<TestServer> {
         let dir = tempfile::tempdir()?;
         let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         if !extra.contains(&"--demo-delay-ms") {
             args.extend(["--demo-delay-ms".to_string(), "2".to_string()]);
         }
+        let database = match (&db, pg::admin_url()) {
+            (None, Some(admin)) => Some(pg::TestDatabase::create(&admin)?),
+            _ => None,
+        };
+        let mut http = reqwest::Client::builder().timeout(DEADLINE);
+        let proxy = if n > 1 {
+            // No idle connection is kept, so each request opens one and the proxy sends it to
+            // the next node.
+            http = http.pool_max_idle_per_host(0);
+            Some(cluster::Proxy::start(n)?)
+        } else {
+            None
+        };
         let mut s = TestServer {
-            url: String::new(),
+            api: Api {
+                url: String::new(),
+                http: http.build()?,
+            },
             dir,
             db,
+            database,
             args,
-            child: None,
-            http: reqwest::Client::builder().timeout(DEADLINE).build()?,
+            nodes: (0..n)
+                .map(|_| Node {
+                    url: String::new(),
+                    child: None,
+                })
+                .collect(),
+            proxy,
         };
         s.spawn()?;
         Ok(s)
@@ -63,56 +142,107 @@ impl TestServer {
             .unwrap_or_else(|| self.dir.path().join("turnstream.db"))
     }
 
+    /// The PostgreSQL URL the nodes are given, when the tests run on PostgreSQL.
+    pub fn database_url(&self) -> Option<&str> {
+        self.database.as_ref().map(|d| d.url.as_str())
+    }
+
+    /// Starts every node that is not running.
     fn spawn(&mut self) -> TestResult {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].child.is_none() {
+                self.spawn_node(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn_node(&mut self, i: usize) -> TestResult {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_turnstream"));
         cmd.arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
-            .arg("--db")
-            .arg(self.db_path())
-            .args(&self.args)
+            .arg("--db");
+        match &self.database {
+            Some(d) => cmd.arg(&d.url),
+            None => cmd.arg(self.db_path()),
+        };
+        cmd.args(&self.args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let mut child = cmd.spawn()?;
-        self.url = listening_url(&mut child)?;
-        self.child = Some(child);
+        let url = match listening_url(&mut child) {
+            Ok(url) => url,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        };
+        match &self.proxy {
+            Some(p) => {
+                p.set(i, Some(cluster::socket_addr(&url)?));
+                self.api.url = p.url.clone();
+            }
+            None => self.api.url = url.clone(),
+        }
+        self.nodes[i] = Node {
+            url,
+            child: Some(child),
+        };
         Ok(())
     }
 
-    /// SIGKILL: no shutdown code runs.
+    /// SIGKILL: no shutdown code runs (every node).
     pub fn kill9(&mut self) -> TestResult {
-        if let Some(mut c) = self.child.take() {
-            c.kill()?;
-            c.wait()?;
+        for i in 0..self.nodes.len() {
+            self.kill9_node(i)?;
         }
         Ok(())
     }
 
-    /// SIGTERM, then wait for the process to exit (graceful shutdown).
+    /// SIGTERM, then wait for the process to exit (graceful shutdown). With several nodes, all
+    /// are sent SIGTERM at once; the answer is the first unsuccessful exit, else the first.
     pub fn terminate(&mut self) -> TestResult<std::process::ExitStatus> {
-        let mut c = self.child.take().ok_or("not running")?;
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status()?;
-        if !status.success() {
-            return Err("kill -TERM failed".into());
+        let running: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].child.is_some())
+            .collect();
+        if running.is_empty() {
+            return Err("not running".into());
+        }
+        let mut children = Vec::new();
+        for i in running {
+            let c = self.take_node(i).ok_or("not running")?;
+            let status = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status()?;
+            if !status.success() {
+                return Err("kill -TERM failed".into());
+            }
+            children.push(c);
         }
         let start = Instant::now();
-        loop {
-            if let Some(s) = c.try_wait()? {
-                return Ok(s);
+        let mut statuses = Vec::new();
+        for mut c in children {
+            loop {
+                if let Some(s) = c.try_wait()? {
+                    statuses.push(s);
+                    break;
+                }
+                if start.elapsed() > DEADLINE {
+                    c.kill()?;
+                    return Err("server did not exit after SIGTERM".into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            if start.elapsed() > DEADLINE {
-                c.kill()?;
-                return Err("server did not exit after SIGTERM".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
         }
+        let first = statuses[0];
+        Ok(statuses.into_iter().find(|s| !s.success()).unwrap_or(first))
     }
 
-    /// Starts the binary again on the same database (a new port).
+    /// Starts the binary again on the same database (a new port; every node).
     pub fn restart(&mut self, extra: Option<&[&str]>) -> TestResult {
         self.kill9()?;
         if let Some(extra) = extra {
@@ -121,6 +251,71 @@ impl TestServer {
         self.spawn()
     }
 
+    /// How many nodes this server has (running or not).
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Each node's own URL (the last one it had, when it is down).
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url.clone()).collect()
+    }
+
+    /// Requests to node `i` only, bypassing the proxy.
+    pub fn node(&self, i: usize) -> Api {
+        Api {
+            url: self.nodes.get(i).map(|n| n.url.clone()).unwrap_or_default(),
+            http: self.api.http.clone(),
+        }
+    }
+
+    pub fn node_running(&self, i: usize) -> bool {
+        self.nodes.get(i).is_some_and(|n| n.child.is_some())
+    }
+
+    /// Takes node `i`'s process out of the rotation.
+    fn take_node(&mut self, i: usize) -> Option<Child> {
+        if let Some(p) = &self.proxy {
+            p.set(i, None);
+        }
+        self.nodes.get_mut(i)?.child.take()
+    }
+
+    /// SIGKILL of node `i` only; the proxy sends no new connection to it.
+    pub fn kill9_node(&mut self, i: usize) -> TestResult {
+        if let Some(mut c) = self.take_node(i) {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts node `i` again (after [`TestServer::kill9_node`]) on the same database, a new port.
+    pub fn start_node(&mut self, i: usize) -> TestResult {
+        if i >= self.nodes.len() {
+            return Err(format!("no node {i}").into());
+        }
+        self.kill9_node(i)?;
+        self.spawn_node(i)
+    }
+
+    /// One of the server's counters (or gauges) from `/metrics`, by its name with any labels;
+    /// with several nodes, the sum over the running ones.
+    pub async fn counter(&self, name: &str) -> TestResult<f64> {
+        if self.nodes.len() == 1 {
+            return self.api.counter(name).await;
+        }
+        let mut sum = 0.0;
+        for i in 0..self.nodes.len() {
+            if self.node_running(i) {
+                sum += self.node(i).counter(name).await?;
+            }
+        }
+        Ok(sum)
+    }
+}
+
+impl Api {
     pub async fn post(
         &self,
         session: &str,
@@ -267,6 +462,9 @@ pub async fn open_stream(req: reqwest::RequestBuilder) -> TestResult<SseClient> 
 impl Drop for TestServer {
     fn drop(&mut self) {
         let _ = self.kill9();
+        // Then the proxy, then the database (once nothing uses it).
+        self.proxy.take();
+        self.database.take();
     }
 }
 
