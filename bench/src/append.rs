@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use futures::future::BoxFuture;
 use turnstream_server::agent::{Agent, AgentError, TurnContext, TurnSink};
+use turnstream_server::hub::Hub;
 use turnstream_server::journal::{schema, Journal};
+use turnstream_server::live::LiveFeed;
 use turnstream_server::metrics::Metrics;
 use turnstream_server::runner::{Runner, RunnerConfig};
 
@@ -101,17 +103,20 @@ impl InProcess {
 pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result<InProcess> {
     let dir = crate::procs::scratch_dir("append-")?;
     let metrics = Arc::new(Metrics::default());
-    let journal = Journal::open(&dir.path().join("ts.db"), metrics.clone())
-        .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
+    let hub = Hub::with_metrics(metrics.clone());
     // The server's replay tail, sized as the binary would size it from its environment.
     if let Some(mb) = std::env::var("TURNSTREAM_REPLAY_CACHE_MB")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        journal
-            .hub()
-            .set_tail_budget(mb.saturating_mul(1024 * 1024));
+        hub.set_tail_budget(mb.saturating_mul(1024 * 1024));
     }
+    let journal = Journal::open(
+        &dir.path().join("ts.db"),
+        metrics.clone(),
+        LiveFeed::new(hub.clone()),
+    )
+    .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
     let total = (sessions * per_session) as usize;
     let stamps: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
     let runner = Runner::new(
@@ -134,7 +139,7 @@ pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result
 
     // Committed frames reach the hub right after their commit: a subscriber there sees the
     // moment an event became durable (and visible).
-    let mut sub = journal.hub().subscribe(&names);
+    let mut sub = hub.subscribe(&names);
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let collector = {
         let stamps = stamps.clone();

@@ -2,9 +2,13 @@
 //! turn, a turn runner that drives agents, and one SSE gateway that delivers the journal.
 //!
 //! # Layout
-//! - [`journal`]: SQLite storage (history, event journal, turns projection, floors), the writer
-//!   thread with group commit, stream reads, recovery and retention. Knows nothing of HTTP.
-//! - [`hub`]: live fan-out of committed events to subscribers, with lag detection.
+//! - [`journal`]: storage (history, event journal, turns projection, floors) in SQLite or
+//!   PostgreSQL behind one seam (`journal::sql`), the writer thread with group commit, stream
+//!   reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed to a
+//!   [`journal::FanOut`].
+//! - [`live`]: the fan-out the server uses: encodes each committed event once and hands it to
+//!   the [`hub`], which delivers it to subscribers (with lag detection) and keeps the replay tail.
+//! - [`frames`]: SSE framing, in one place (live, replay and the stream's own events).
 //! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`).
 //! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
 //! - [`worker`] and [`lease`]: turns run by worker processes (`--agent worker`) under leases.
@@ -21,10 +25,12 @@ pub mod cluster;
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod frames;
 pub mod gateway;
 pub mod hub;
 pub mod journal;
 pub mod lease;
+pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod runner;
@@ -99,17 +105,17 @@ pub async fn run(
         .authenticator()
         .map_err(|e| error::Error::Config(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::default());
+    let hub = hub::Hub::with_metrics(metrics.clone());
+    hub.set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));
     let journal = Journal::open_database(
         &config.database(),
         metrics,
         journal::JournalOptions {
             busy_timeout: config.busy_timeout(),
         },
+        live::LiveFeed::new(hub.clone()),
     )
     .await?;
-    journal
-        .hub()
-        .set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));
     let runner_config = RunnerConfig {
         coalesce: config.coalesce(),
         max_concurrent_turns: config.max_concurrent_turns,
@@ -128,6 +134,7 @@ pub async fn run(
     runner.start().await?;
     let state = gateway::AppState {
         journal: journal.clone(),
+        hub: hub.clone(),
         runner: runner.clone(),
         limits: Arc::new(gateway::Limits {
             heartbeat: config.heartbeat(),
@@ -163,7 +170,7 @@ pub async fn run(
         .shutdown(Duration::from_secs(config.shutdown_grace_secs))
         .await;
     // Streams send what was committed and queued for them, then end.
-    journal.hub().close();
+    hub.close();
     cleanup.abort();
     // Streams end now; a client that stopped reading could hold its connection open forever.
     match tokio::time::timeout(CLOSE_WAIT, server).await {

@@ -22,11 +22,18 @@ use turnstream_protocol::{Event, EventBody, TurnState};
 
 /// Flags every node of these tests gets: no per-client message rate (all requests come from one
 /// address), single-delta events.
-const NODE_ARGS: &[&str] = &["--messages-per-minute", "0", "--coalesce-ms", "0"];
+const NODE_ARGS: &[&str] = &[
+    "--messages-per-minute",
+    "0",
+    "--coalesce-ms",
+    "0",
+    "--worker-lease-secs",
+    "2",
+];
 
 /// How long the survivors may take to notice a node that died mid-turn and end its turn (the
-/// server's lease on a running turn must be shorter).
-const NODE_LOSS_DEADLINE: Duration = Duration::from_secs(120);
+/// nodes here hold 2 s leases on the turns they run).
+const NODE_LOSS_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The test that restarts PostgreSQL takes this for writing; every other test here holds it for
 /// reading, so none of them sees the restart.
@@ -711,5 +718,31 @@ async fn a_postgres_restart_mid_turn_loses_no_acknowledged_message() -> TestResu
             "{cmid} is in history exactly once"
         );
     }
+    Ok(())
+}
+
+/// `/readyz` says 503 once the database cannot be reached (here: it is gone, its connections
+/// closed), and requests that need it fail with the storage error's JSON instead of hanging.
+#[tokio::test]
+async fn readiness_fails_when_the_database_is_unreachable() -> TestResult {
+    let _shared = PG_CLUSTER.read().await;
+    let Some(s) = nodes("readiness_fails_when_the_database_is_unreachable", 1, &[])? else {
+        return Ok(());
+    };
+    let (status, _) = s.get_json("/readyz").await?;
+    assert_eq!(status, 200);
+    let admin = pg::admin_url().ok_or("no admin URL")?;
+    let url = s.database_url().ok_or("no database")?;
+    let name = url.rsplit('/').next().ok_or("no database name")?;
+    pg::sql(&admin, &format!("DROP DATABASE {name} WITH (FORCE)"))?;
+    let body = wait_within(Duration::from_secs(20), "readyz answers 503", || async {
+        let (status, body) = s.get_json("/readyz").await?;
+        Ok((status == 503).then_some(body))
+    })
+    .await?;
+    assert!(body["error"]["code"].is_string(), "{body}");
+    let (status, body) = s.post("gone", "hello", None).await?;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "storage_unavailable", "{body}");
     Ok(())
 }

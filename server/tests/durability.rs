@@ -194,8 +194,18 @@ struct Crashed {
 
 /// `/deltas 2000` then a queued `/echo after` in session A; kill -9 once a client has seen at
 /// least 20 response deltas; restart on the same database.
+///
+/// On PostgreSQL the restarted server is a new node: the dead one's turn ends once its lease (2 s
+/// here) runs out, not at the start (another node may still be running it).
 async fn crash_mid_turn() -> TestResult<Crashed> {
-    let mut s = TestServer::start(&["--demo-delay-ms", "10", "--coalesce-ms", "0"])?;
+    let mut s = TestServer::start(&[
+        "--demo-delay-ms",
+        "10",
+        "--coalesce-ms",
+        "0",
+        "--worker-lease-secs",
+        "2",
+    ])?;
     let (_, c0) = s.history("A").await?;
     let mut st = s.stream(&format!("session=A&cursor={c0}"), None).await?;
     let t1 = s.send("A", "/deltas 2000").await?.turn_id;
@@ -214,6 +224,10 @@ async fn crash_mid_turn() -> TestResult<Crashed> {
     s.kill9()?;
     drop(st);
     s.restart(None)?;
+    if support::pg::admin_url().is_some() {
+        wait_for(|| async { Ok((s.turn(&t1).await?.state != TurnState::Running).then_some(())) })
+            .await?;
+    }
     Ok(Crashed { s, t1, t2, seen })
 }
 

@@ -51,6 +51,8 @@ pub struct Limits {
 #[derive(Clone)]
 pub struct AppState {
     pub journal: Journal,
+    /// Live fan-out of committed events, and the replay tail.
+    pub hub: Arc<crate::hub::Hub>,
     pub runner: Arc<Runner>,
     pub limits: Arc<Limits>,
     /// Tokens and service keys; with none configured every request is allowed (contract v1).

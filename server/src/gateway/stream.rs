@@ -18,14 +18,13 @@ use axum::response::Response;
 use axum::Extension;
 use bytes::{Bytes, BytesMut};
 use turnstream_protocol::limits::{is_valid_id, MAX_SESSIONS_PER_STREAM};
-use turnstream_protocol::{
-    sse, Cursor, ResyncReason, ResyncRequired, RESYNC_EVENT, SNAPSHOT_EVENT, TOKEN_EXPIRED_EVENT,
-};
+use turnstream_protocol::{Cursor, ResyncReason};
 
 use super::error::AppError;
 use super::quota::StreamSlot;
 use super::{access, AppState, Peer};
 use crate::auth::{Principal, Scope};
+use crate::frames;
 use crate::hub::{Subscription, TailReplay};
 use crate::journal::{Journal, Page, StreamStart};
 use crate::metrics::Metrics;
@@ -129,8 +128,7 @@ pub(crate) async fn stream(
         _ => None,
     };
     let (sub, tail) = state
-        .journal
-        .hub()
+        .hub
         .subscribe_after(&params.sessions, recent, TAIL_PAGE);
     let start = match (tail, recent) {
         (Some(tail), Some(after)) => {
@@ -144,7 +142,13 @@ pub(crate) async fn stream(
         _ => {
             state
                 .journal
-                .stream_start(params.sessions.clone(), resume, want_snapshot, REPLAY_PAGE)
+                .stream_start(
+                    params.sessions.clone(),
+                    resume,
+                    want_snapshot,
+                    REPLAY_PAGE,
+                    frames::write_event,
+                )
                 .await?
         }
     };
@@ -168,13 +172,13 @@ pub(crate) async fn stream(
     match start {
         Err(reason) => {
             metrics.resync(reason);
-            prelude.push_str(&resync_frame(reason));
+            prelude.push_str(&frames::resync_frame(reason));
         }
         Ok(start) => {
             if let Some(snapshot) = &start.snapshot {
-                let json = serde_json::to_string(snapshot)
+                let frame = frames::snapshot_frame(snapshot)
                     .map_err(|e| AppError::from(crate::error::Error::from(e)))?;
-                prelude.push_str(&sse::encode(None, SNAPSHOT_EVENT, &json));
+                prelude.push_str(&frame);
             }
             pump.last = start.resume_seq;
             pump.phase = if start.page.complete {
@@ -231,12 +235,6 @@ fn too_many_streams() -> AppError {
         "too_many_streams",
         "the server has as many open streams as it allows; retry later",
     )
-}
-
-fn resync_frame(reason: ResyncReason) -> String {
-    let json = serde_json::to_string(&ResyncRequired { reason })
-        .unwrap_or_else(|_| format!("{{\"reason\":\"{}\"}}", reason.as_str()));
-    sse::encode(None, RESYNC_EVENT, &json)
 }
 
 /// Frames joined into one write of up to [`BATCH_BYTES`].
@@ -360,11 +358,7 @@ impl Pump {
             if self.token_expired() {
                 self.phase = Phase::Done;
                 self.pending.clear();
-                return Some(Bytes::from(sse::encode(
-                    None,
-                    TOKEN_EXPIRED_EVENT,
-                    r#"{"reason":"expired"}"#,
-                )));
+                return Some(Bytes::from(frames::token_expired_frame()));
             }
             if let Some(chunk) = self.pending.pop_front() {
                 return Some(chunk);
@@ -374,7 +368,7 @@ impl Pump {
                 Phase::Resync(reason) => {
                     self.metrics.resync(reason);
                     self.phase = Phase::Done;
-                    return Some(Bytes::from(resync_frame(reason)));
+                    return Some(Bytes::from(frames::resync_frame(reason)));
                 }
                 Phase::CatchUp => self.catch_up_page().await,
                 Phase::Live => {
@@ -405,7 +399,12 @@ impl Pump {
         }
         match self
             .journal
-            .read_after(self.sessions.clone(), self.last, REPLAY_PAGE)
+            .read_after(
+                self.sessions.clone(),
+                self.last,
+                REPLAY_PAGE,
+                frames::write_event,
+            )
             .await
         {
             Ok(Ok(page)) => {

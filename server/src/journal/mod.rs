@@ -8,6 +8,7 @@
 //! several servers may share the database: each fans out what any of them committed through its
 //! tail ([`postgres::Tail`]).
 
+mod fanout;
 mod health;
 mod payload;
 pub mod postgres;
@@ -21,11 +22,13 @@ mod store;
 mod worker;
 mod writer;
 
+pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
 pub use payload::floor_char_boundary;
-pub use replay::{Page, StreamStart};
+pub use replay::{Encoder, Page, StreamStart};
 pub use server_turns::Claim;
 pub use sql::Backend;
+pub use sql::EventRow;
 pub use store::{Accepted, TurnRow};
 pub use worker::{Claimed, LeasedTurn, Refusal, WorkerOp};
 
@@ -36,10 +39,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
-use turnstream_protocol::{sse, Cursor, EventBody};
+use turnstream_protocol::{Cursor, EventBody};
 
 use crate::error::{Error, Result};
-use crate::hub::{Frame, Hub};
 use crate::lock;
 use crate::metrics::Metrics;
 use sql::Sql;
@@ -128,7 +130,6 @@ struct Inner {
     /// PostgreSQL: what fans out every server's commits.
     tail: Option<postgres::Tail>,
     read_permits: Arc<tokio::sync::Semaphore>,
-    hub: Arc<Hub>,
     metrics: Arc<Metrics>,
     /// The last committed event id; only ever grows.
     head: Arc<AtomicI64>,
@@ -150,9 +151,11 @@ pub(crate) struct WriteCtx<'a> {
     pub conn: &'a dyn Sql,
     epoch: &'a str,
     next_seq: &'a mut i64,
-    frames: Vec<Arc<Frame>>,
+    committed: Vec<Committed>,
     /// The live feed, told before the commit when retention stops holding events.
-    pub(crate) hub: &'a Hub,
+    pub(crate) fanout: &'a dyn FanOut,
+    /// `(turn, lease token)` pairs found holding earlier in this batch; a turn's end removes it.
+    pub(crate) fences: &'a mut Vec<(String, String)>,
     /// Unix milliseconds, one value for the whole job.
     pub now: i64,
 }
@@ -164,6 +167,18 @@ impl WriteCtx<'_> {
         &mut self,
         session_id: &str,
         turn_id: Option<&str>,
+        build: impl FnOnce(&str) -> EventBody,
+    ) -> Result<i64> {
+        self.append_fenced(session_id, turn_id, None, build)
+    }
+
+    /// [`WriteCtx::append`], refused with [`Error::LeaseLost`] unless `fence` (a lease token)
+    /// holds the running turn `turn_id` now: the check and the insert are one statement.
+    pub fn append_fenced(
+        &mut self,
+        session_id: &str,
+        turn_id: Option<&str>,
+        fence: Option<&str>,
         build: impl FnOnce(&str) -> EventBody,
     ) -> Result<i64> {
         let seq = *self.next_seq;
@@ -180,57 +195,51 @@ impl WriteCtx<'_> {
             }
             data = serde_json::to_string(&value)?;
         }
-        self.conn.execute(
-            "INSERT INTO events(id, session_id, turn_id, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            sql::params![seq, session_id, turn_id, kind, self.now, &data],
-        )?;
+        match fence {
+            None => {
+                self.conn.insert_event(&sql::EventRow {
+                    seq,
+                    session_id,
+                    turn_id,
+                    ts: self.now,
+                    kind,
+                    data: &data,
+                })?;
+            }
+            Some(token) => {
+                let turn = turn_id.unwrap_or_default();
+                let known = self.fences.iter().any(|(t, k)| t == turn && k == token);
+                if !known {
+                    if !server_turns::holds(self.conn, turn, token, self.now)? {
+                        return Err(Error::LeaseLost);
+                    }
+                    self.fences.push((turn.to_string(), token.to_string()));
+                }
+                self.conn.insert_event(&sql::EventRow {
+                    seq,
+                    session_id,
+                    turn_id,
+                    ts: self.now,
+                    kind,
+                    data: &data,
+                })?;
+            }
+        }
         *self.next_seq += 1;
-        let json = event_json(&cursor, session_id, self.now, turn_id, &data);
-        self.frames.push(Arc::new(Frame::new(
+        self.committed.push(Committed {
             seq,
-            session_id,
-            sse::encode(Some(&cursor), kind, &json),
-        )));
+            session_id: session_id.to_string(),
+            turn_id: turn_id.map(str::to_string),
+            ts: self.now,
+            kind: kind.to_string(),
+            data,
+        });
         Ok(seq)
     }
 
     pub fn cursor(&self, seq: i64) -> String {
         Cursor::new(self.epoch, seq).to_string()
     }
-}
-
-/// The JSON of an event from its stored body: the envelope fields spliced in front of the body's
-/// own fields, so replay never re-parses a payload.
-pub(crate) fn event_json(
-    cursor: &str,
-    session_id: &str,
-    ts: i64,
-    turn_id: Option<&str>,
-    data: &str,
-) -> String {
-    let mut s = String::with_capacity(data.len() + 128);
-    s.push_str("{\"id\":");
-    s.push_str(&json_str(cursor));
-    s.push_str(",\"session_id\":");
-    s.push_str(&json_str(session_id));
-    s.push_str(",\"ts\":");
-    s.push_str(&ts.to_string());
-    if let Some(t) = turn_id {
-        s.push_str(",\"turn_id\":");
-        s.push_str(&json_str(t));
-    }
-    match data.strip_prefix('{') {
-        Some(rest) if rest.trim_start() != "}" => {
-            s.push(',');
-            s.push_str(rest);
-        }
-        _ => s.push('}'),
-    }
-    s
-}
-
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
 pub fn now_ms() -> i64 {
@@ -242,8 +251,9 @@ pub fn now_ms() -> i64 {
 
 impl Journal {
     /// Opens (creating if needed) and migrates the database, and starts the writer thread.
-    pub fn open(path: &Path, metrics: Arc<Metrics>) -> Result<Journal> {
-        Self::open_with(path, metrics, JournalOptions::default())
+    /// Committed events go to `fanout`.
+    pub fn open(path: &Path, metrics: Arc<Metrics>, fanout: Arc<dyn FanOut>) -> Result<Journal> {
+        Self::open_with(path, metrics, JournalOptions::default(), fanout)
     }
 
     /// [`Journal::open`] with options.
@@ -251,6 +261,7 @@ impl Journal {
         path: &Path,
         metrics: Arc<Metrics>,
         options: JournalOptions,
+        fanout: Arc<dyn FanOut>,
     ) -> Result<Journal> {
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
@@ -261,13 +272,12 @@ impl Journal {
         schema::configure_with(&conn, options.busy_timeout)?;
         let epoch = schema::migrate(&mut conn)?;
         let head = Arc::new(AtomicI64::new(Sql::head(&conn)?));
-        let hub = Hub::with_metrics(metrics.clone());
         Self::start(
             Backend::Sqlite,
             path.display().to_string(),
             epoch,
             head,
-            hub,
+            fanout,
             Box::new(conn),
             Readers::Sqlite(sqlite::Readers::new(path, options.busy_timeout)),
             None,
@@ -282,9 +292,10 @@ impl Journal {
         db: &Database,
         metrics: Arc<Metrics>,
         options: JournalOptions,
+        fanout: Arc<dyn FanOut>,
     ) -> Result<Journal> {
         let url = match db {
-            Database::Sqlite(path) => return Self::open_with(path, metrics, options),
+            Database::Sqlite(path) => return Self::open_with(path, metrics, options, fanout),
             Database::Postgres(url) => url,
         };
         let config = postgres::config(url)?;
@@ -296,14 +307,13 @@ impl Journal {
             let row = client.query_one("SELECT head FROM counter", &[]).await?;
             row.try_get::<_, i64>(0)?
         };
-        let hub = Hub::with_metrics(metrics.clone());
         // Moved by the tail as it delivers; the writer only wakes it.
         let head = Arc::new(AtomicI64::new(head));
         let tail = postgres::Tail::start(
             pool.clone(),
             config,
             epoch.clone(),
-            hub.clone(),
+            fanout.clone(),
             head.clone(),
         );
         let location = redact(url);
@@ -312,7 +322,7 @@ impl Journal {
             location,
             epoch,
             head,
-            hub,
+            fanout,
             Box::new(postgres::Writer::new(pool.clone(), rt.clone())),
             Readers::Postgres(postgres::Readers::new(pool, rt)),
             Some(tail),
@@ -327,7 +337,7 @@ impl Journal {
         location: String,
         epoch: String,
         head: Arc<AtomicI64>,
-        hub: Arc<Hub>,
+        fanout: Arc<dyn FanOut>,
         conn: Box<dyn WriteConn>,
         readers: Readers,
         tail: Option<postgres::Tail>,
@@ -338,13 +348,13 @@ impl Journal {
         let (tx, rx) = std_mpsc::channel::<Job>();
         let publish = match &tail {
             Some(t) => Publish::Tail(t.wake.clone()),
-            None => Publish::Hub,
+            None => Publish::Direct,
         };
         let writer = Writer {
             conn,
             publish,
             epoch: epoch.clone(),
-            hub: hub.clone(),
+            fanout: fanout.clone(),
             metrics: metrics.clone(),
             head: head.clone(),
             health: health.clone(),
@@ -363,7 +373,6 @@ impl Journal {
                 readers,
                 tail,
                 read_permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_READS)),
-                hub,
                 metrics,
                 head,
                 health,
@@ -383,10 +392,6 @@ impl Journal {
 
     pub fn epoch(&self) -> &str {
         &self.inner.epoch
-    }
-
-    pub fn hub(&self) -> &Arc<Hub> {
-        &self.inner.hub
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

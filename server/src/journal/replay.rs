@@ -1,18 +1,22 @@
 //! Stream reads: validating a resume position against the epoch, the head and the floors;
-//! the snapshot of active turns as of that position; and replay pages after it.
+//! the snapshot of active turns as of that position; and replay pages after it, each event
+//! written by the [`Encoder`] the caller hands in (the journal knows no wire format).
 
 use bytes::{Bytes, BytesMut};
-use turnstream_protocol::{sse, Cursor, ResyncReason, Snapshot};
+use turnstream_protocol::{Cursor, ResyncReason, Snapshot};
 
-use super::sql::{in_list, Param, Sql};
+use super::sql::{in_list, EventRow, Param, Sql};
 use super::store::{fold_turn, turns, TURN_COLUMNS};
-use super::{event_json, Journal};
+use super::Journal;
+
+/// Appends one event, as the stream sends it, to a page being written.
+pub type Encoder = fn(&mut BytesMut, &str, &EventRow<'_>);
 use crate::error::Result;
 
 /// Largest write a replay page is cut into.
 const CHUNK_BYTES: usize = 64 * 1024;
 
-/// Journal events after a position, encoded as SSE frames straight into writes of up to 64 KiB.
+/// Journal events after a position, encoded straight into writes of up to 64 KiB.
 #[derive(Debug)]
 pub struct Page {
     pub chunks: Vec<Bytes>,
@@ -72,6 +76,7 @@ fn read_page(
     sessions: &[String],
     after: i64,
     limit: usize,
+    encode: Encoder,
 ) -> Result<std::result::Result<Page, ResyncReason>> {
     if after < max_floor(conn, sessions)? {
         return Ok(Err(ResyncReason::Expired));
@@ -93,16 +98,7 @@ fn read_page(
             if buf.is_empty() {
                 buf.reserve(CHUNK_BYTES + e.data.len() + 256);
             }
-            write_frame(
-                &mut buf,
-                epoch,
-                e.seq,
-                e.session_id,
-                e.ts,
-                e.turn_id,
-                e.kind,
-                e.data,
-            );
+            encode(&mut buf, epoch, &e);
             events += 1;
             last_seq = e.seq;
             if buf.len() >= CHUNK_BYTES {
@@ -129,67 +125,6 @@ fn session_params<'a>(sessions: &'a [String], ints: &[i64]) -> Vec<Param<'a>> {
         .map(|s| Param::Text(s))
         .chain(ints.iter().map(|i| Param::Int(*i)))
         .collect()
-}
-
-/// Appends one event's SSE frame to `buf`: the same bytes as the live path's
-/// `sse::encode(Some(cursor), kind, &event_json(..))`, without the intermediate strings.
-#[allow(clippy::too_many_arguments)]
-fn write_frame(
-    buf: &mut BytesMut,
-    epoch: &str,
-    seq: i64,
-    session_id: &str,
-    ts: i64,
-    turn_id: Option<&str>,
-    kind: &str,
-    data: &str,
-) {
-    let plain = |s: &str| {
-        s.bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
-    };
-    if data.contains(['\n', '\r']) || !plain(session_id) || !turn_id.is_none_or(plain) {
-        // Never for stored events (ids are validated, JSON has no raw newlines); kept exact anyway.
-        let cursor = Cursor::new(epoch, seq).to_string();
-        let json = event_json(&cursor, session_id, ts, turn_id, data);
-        buf.extend_from_slice(sse::encode(Some(&cursor), kind, &json).as_bytes());
-        return;
-    }
-    let mut n = itoa::Buffer::new();
-    let seq = n.format(seq).as_bytes();
-    let parts: [&[u8]; 12] = [
-        b"id: ",
-        epoch.as_bytes(),
-        b"-",
-        seq,
-        b"\nevent: ",
-        kind.as_bytes(),
-        b"\ndata: {\"id\":\"",
-        epoch.as_bytes(),
-        b"-",
-        seq,
-        b"\",\"session_id\":\"",
-        session_id.as_bytes(),
-    ];
-    for p in parts {
-        buf.extend_from_slice(p);
-    }
-    let mut t = itoa::Buffer::new();
-    buf.extend_from_slice(b"\",\"ts\":");
-    buf.extend_from_slice(t.format(ts).as_bytes());
-    if let Some(t) = turn_id {
-        buf.extend_from_slice(b",\"turn_id\":\"");
-        buf.extend_from_slice(t.as_bytes());
-        buf.extend_from_slice(b"\"");
-    }
-    match data.strip_prefix('{') {
-        Some(rest) if rest.trim_start() != "}" => {
-            buf.extend_from_slice(b",");
-            buf.extend_from_slice(rest.as_bytes());
-        }
-        _ => buf.extend_from_slice(b"}"),
-    }
-    buf.extend_from_slice(b"\n\n");
 }
 
 /// The active turns of `sessions` as of `at`, each folded from its events up to `at`.
@@ -220,6 +155,7 @@ impl Journal {
         resume: Option<String>,
         snapshot: bool,
         page_limit: usize,
+        encode: Encoder,
     ) -> Result<std::result::Result<StreamStart, ResyncReason>> {
         self.read(move |conn, epoch| {
             let resume_seq = match &resume {
@@ -234,7 +170,7 @@ impl Journal {
             } else {
                 None
             };
-            let page = match read_page(conn, epoch, &sessions, resume_seq, page_limit)? {
+            let page = match read_page(conn, epoch, &sessions, resume_seq, page_limit, encode)? {
                 Ok(p) => p,
                 Err(reason) => return Ok(Err(reason)),
             };
@@ -253,40 +189,9 @@ impl Journal {
         sessions: Vec<String>,
         after: i64,
         limit: usize,
+        encode: Encoder,
     ) -> Result<std::result::Result<Page, ResyncReason>> {
-        self.read(move |conn, epoch| read_page(conn, epoch, &sessions, after, limit))
+        self.read(move |conn, epoch| read_page(conn, epoch, &sessions, after, limit, encode))
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replay_frames_are_the_live_frames_byte_for_byte() {
-        let cases: [(&str, Option<&str>, &str, &str); 4] = [
-            (
-                "s1",
-                Some("turn_1"),
-                "response_delta",
-                r#"{"delta":"hé \"x\"\\n","kind":"response_delta"}"#,
-            ),
-            (
-                "a.b:c-d_e",
-                None,
-                "turn_queued",
-                r#"{"kind":"turn_queued"}"#,
-            ),
-            ("s", Some("t"), "weird", "{}"),
-            ("has\"quote", Some("t"), "thinking", "{\"delta\":\"a\nb\"}"),
-        ];
-        for (session, turn, kind, data) in cases {
-            let mut buf = BytesMut::new();
-            write_frame(&mut buf, "ep0ch", 42, session, 7, turn, kind, data);
-            let json = event_json("ep0ch-42", session, 7, turn, data);
-            let live = sse::encode(Some("ep0ch-42"), kind, &json);
-            assert_eq!(std::str::from_utf8(&buf).unwrap_or(""), live);
-        }
     }
 }

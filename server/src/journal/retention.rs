@@ -10,10 +10,11 @@ use crate::error::Result;
 /// database take turns (any fixed number).
 const CLEANUP_LOCK: i64 = 0x7475_726e_636c_6e75;
 
-/// Raises a session's floor to `floor`. The hub's replay tail is cut back first, inside the
-/// transaction: once the deletion commits, no position before the floor is answered from memory.
+/// Raises a session's floor to `floor`. The fan-out is told first, inside the transaction (the
+/// replay tail is cut back): once the deletion commits, no position before the floor is
+/// answered from memory.
 pub(super) fn raise_floor(ctx: &WriteCtx<'_>, session_id: &str, floor: i64) -> Result<()> {
-    ctx.hub.forget_through(session_id, floor);
+    ctx.fanout.floor_raised(session_id, floor);
     if ctx.conn.backend() == Backend::Postgres {
         // Other servers' replay tails, told at commit (see the journal tail).
         ctx.conn.execute(

@@ -14,7 +14,7 @@ use turnstream_protocol::{EventBody, Message, TurnState};
 
 use super::sql::{params, Sql};
 use super::store::{end_turn_in, turn_by_id};
-use super::{Journal, WriteCtx};
+use super::Journal;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 
@@ -30,7 +30,7 @@ pub enum Claim {
 }
 
 /// Whether `token` holds the running turn's lease now.
-fn holds(conn: &dyn Sql, turn_id: &str, token: &str, now: i64) -> Result<bool> {
+pub(super) fn holds(conn: &dyn Sql, turn_id: &str, token: &str, now: i64) -> Result<bool> {
     Ok(conn
         .query_int(
             "SELECT COUNT(*) FROM turns WHERE turn_id = ?1 AND state = 'running'
@@ -39,14 +39,6 @@ fn holds(conn: &dyn Sql, turn_id: &str, token: &str, now: i64) -> Result<bool> {
         )?
         .unwrap_or(0)
         == 1)
-}
-
-fn fenced(ctx: &WriteCtx<'_>, turn_id: &str, token: &str) -> Result<()> {
-    if holds(ctx.conn, turn_id, token, ctx.now)? {
-        Ok(())
-    } else {
-        Err(Error::LeaseLost)
-    }
 }
 
 impl Journal {
@@ -130,9 +122,9 @@ impl Journal {
         let session_id = session_id.to_string();
         let turn_id = turn_id.to_string();
         let token = token.to_string();
-        self.submit(move |ctx| {
-            fenced(ctx, &turn_id, &token)?;
-            ctx.append(&session_id, Some(&turn_id), |_| body)
+        // One statement (the check is part of the insert): no savepoint needed.
+        self.submit_single_statement(move |ctx| {
+            ctx.append_fenced(&session_id, Some(&turn_id), Some(&token), |_| body)
         })
     }
 

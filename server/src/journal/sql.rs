@@ -114,7 +114,7 @@ impl Row {
 /// One journal event as a stream read sees it, borrowed from the database's row (replay is the
 /// hot read path: no allocation per column).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct EventRow<'a> {
+pub struct EventRow<'a> {
     pub seq: i64,
     pub session_id: &'a str,
     pub turn_id: Option<&'a str>,
@@ -149,6 +149,17 @@ pub(crate) trait Sql {
         params: &[Param<'_>],
         each: &mut dyn FnMut(EventRow<'_>) -> Result<()>,
     ) -> Result<()>;
+
+    /// Inserts one journal event. A connection may hold it back and insert it with others
+    /// before its next statement (PostgreSQL does: one round trip for a batch's events); it is
+    /// in the transaction either way.
+    fn insert_event(&self, e: &EventRow<'_>) -> Result<()> {
+        self.execute(
+            "INSERT INTO events(id, session_id, turn_id, kind, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![e.seq, e.session_id, e.turn_id, e.kind, e.ts, e.data],
+        )?;
+        Ok(())
+    }
 
     /// The last event id ever assigned (deleting events never lowers it).
     fn head(&self) -> Result<i64>;

@@ -154,7 +154,9 @@ impl super::writer::WriteConn for Connection {
         Ok(self.busy_timeout(wait)?)
     }
 
-    fn needs_savepoints(&self) -> bool {
+    fn spoiled(&self) -> bool {
+        // A failed statement undoes itself alone; a transaction SQLite rolled back is seen by
+        // `in_transaction`.
         false
     }
 }

@@ -548,6 +548,8 @@ pub(super) fn end_turn_in(
     if !from.contains(&turn.state) {
         return Ok(None);
     }
+    // No lease holds an ended turn, whatever was found earlier in this batch.
+    ctx.fences.retain(|(t, _)| t != turn_id);
     let message_id = new_id("msg");
     let now = ctx.now;
     let mut message = None;

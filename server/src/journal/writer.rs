@@ -13,8 +13,8 @@ use tokio::sync::oneshot;
 use super::health::WriteHealth;
 use super::sql::Sql;
 use super::{now_ms, WriteCtx};
+use super::{Committed, FanOut};
 use crate::error::{Error, Result, StorageFault};
-use crate::hub::{Frame, Hub};
 use crate::metrics::Metrics;
 
 /// Most writes committed by one transaction.
@@ -127,15 +127,16 @@ pub(super) trait WriteConn: Send {
     /// Bounds the wait for a lock another connection holds.
     fn set_busy_timeout(&mut self, wait: Duration) -> Result<()>;
 
-    /// Whether a failed statement spoils the whole transaction (PostgreSQL), so every job needs
-    /// a savepoint of its own.
-    fn needs_savepoints(&self) -> bool;
+    /// Whether a failed statement left the transaction unusable (PostgreSQL aborts a
+    /// transaction at its first failed statement, until it rolls back to a savepoint): a job
+    /// without a savepoint of its own that failed that way loses its batch.
+    fn spoiled(&self) -> bool;
 }
 
 /// What the writer does with a committed batch's events.
 pub(super) enum Publish {
-    /// Hand them to the hub and move the head (this server is the only writer).
-    Hub,
+    /// Hand them to the fan-out and move the head (this server is the only writer).
+    Direct,
     /// Wake the journal tail, which reads them back in order with every other server's.
     Tail(Arc<tokio::sync::Notify>),
 }
@@ -144,7 +145,7 @@ pub(super) struct Writer {
     pub conn: Box<dyn WriteConn>,
     pub publish: Publish,
     pub epoch: String,
-    pub hub: Arc<Hub>,
+    pub fanout: Arc<dyn FanOut>,
     pub metrics: Arc<Metrics>,
     /// The last committed event id, published after each commit.
     pub head: Arc<AtomicI64>,
@@ -235,16 +236,17 @@ impl Writer {
                 ))
             }
         }
-        let all_savepoints = self.conn.needs_savepoints();
         let batch_start_seq = *next_seq;
+        // Leases found holding in this batch (its transaction: no other writer runs meanwhile).
+        let mut fences = Vec::new();
         let mut completions: Vec<(Instant, Completion)> = Vec::with_capacity(batch.len());
-        let mut frames: Vec<Arc<Frame>> = Vec::new();
+        let mut committed: Vec<Committed> = Vec::new();
         let mut job_fault = None;
         let mut lost = None;
         let mut jobs = batch.into_iter();
         for job in jobs.by_ref() {
             let saved = *next_seq;
-            let savepoint = job.savepoint || all_savepoints;
+            let savepoint = job.savepoint;
             if savepoint {
                 if let Err(e) = self.conn.sql().batch("SAVEPOINT job") {
                     lost = Some(Lost::of("cannot open a savepoint", &e));
@@ -257,12 +259,13 @@ impl Writer {
                 conn: self.conn.sql(),
                 epoch: &self.epoch,
                 next_seq: &mut *next_seq,
-                frames: Vec::new(),
-                hub: &self.hub,
+                committed: Vec::new(),
+                fanout: &*self.fanout,
+                fences: &mut fences,
                 now: now_ms(),
             };
             let (ran, completion) = (job.run)(Some(&mut ctx));
-            let job_frames = ctx.frames;
+            let job_events = ctx.committed;
             completions.push((job.enqueued, completion));
             if let Err(Some(fault)) = &ran {
                 job_fault = Some(fault.clone());
@@ -294,8 +297,17 @@ impl Writer {
                     break;
                 }
             }
+            if self.conn.spoiled() {
+                lost = Some(Lost {
+                    fault: job_fault
+                        .as_ref()
+                        .map_or(StorageFault::Unavailable, |f| f.0),
+                    message: "a failed statement aborted the write transaction".into(),
+                });
+                break;
+            }
             if keep {
-                frames.extend(job_frames);
+                committed.extend(job_events);
             }
         }
         if let Some(lost) = lost {
@@ -307,11 +319,11 @@ impl Writer {
             Ok(()) => {
                 self.metrics
                     .events_appended
-                    .fetch_add(frames.len() as u64, Ordering::Relaxed);
+                    .fetch_add(committed.len() as u64, Ordering::Relaxed);
                 match &self.publish {
-                    Publish::Hub => {
+                    Publish::Direct => {
                         self.head.store(*next_seq - 1, Ordering::Release);
-                        self.hub.publish(&frames);
+                        self.fanout.committed(&self.epoch, committed);
                     }
                     Publish::Tail(wake) => wake.notify_one(),
                 }
@@ -333,7 +345,7 @@ impl Writer {
                 // (A shared database's writer reads the head anew at each begin, and its tail
                 // delivers whatever was kept.)
                 let stored = match self.publish {
-                    Publish::Hub => self.conn.stored_head().ok(),
+                    Publish::Direct => self.conn.stored_head().ok(),
                     Publish::Tail(_) => None,
                 };
                 if let Some(stored) = stored {
@@ -385,7 +397,10 @@ mod tests {
     /// A writer on a fresh database with a table whose deferred foreign key is checked only at
     /// COMMIT: a job that breaks it makes the whole batch's commit fail, as a full disk or an
     /// I/O error at commit time would.
-    fn writer(dir: &std::path::Path) -> std::result::Result<Writer, Box<dyn std::error::Error>> {
+    type Built = (Arc<crate::hub::Hub>, Writer);
+
+    /// The writer, and the hub its live feed publishes to.
+    fn writer(dir: &std::path::Path) -> std::result::Result<Built, Box<dyn std::error::Error>> {
         let mut conn = rusqlite::Connection::open(dir.join("w.db"))?;
         schema::configure(&conn)?;
         let epoch = schema::migrate(&mut conn)?;
@@ -394,16 +409,20 @@ mod tests {
              CREATE TABLE child(parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
         )?;
         let metrics = Arc::new(Metrics::default());
-        Ok(Writer {
-            conn: Box::new(conn),
-            publish: Publish::Hub,
-            epoch,
-            hub: Hub::with_metrics(metrics.clone()),
-            metrics: metrics.clone(),
-            head: Arc::new(AtomicI64::new(0)),
-            health: Arc::new(WriteHealth::new(metrics)),
-            busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
-        })
+        let hub = crate::hub::Hub::with_metrics(metrics.clone());
+        Ok((
+            hub.clone(),
+            Writer {
+                conn: Box::new(conn),
+                publish: Publish::Direct,
+                epoch,
+                fanout: crate::live::LiveFeed::new(hub.clone()),
+                metrics: metrics.clone(),
+                head: Arc::new(AtomicI64::new(0)),
+                health: Arc::new(WriteHealth::new(metrics)),
+                busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            },
+        ))
     }
 
     fn append(savepoint: bool) -> (Job, oneshot::Receiver<Result<i64>>) {
@@ -424,8 +443,8 @@ mod tests {
     #[test]
     fn a_failed_commit_fails_every_job_of_its_batch_and_publishes_nothing() -> TestResult {
         let dir = tempfile::tempdir()?;
-        let mut w = writer(dir.path())?;
-        let mut sub = w.hub.subscribe(&["s".to_string()]);
+        let (hub, mut w) = writer(dir.path())?;
+        let mut sub = hub.subscribe(&["s".to_string()]);
         let mut next_seq = 1;
 
         let (a, mut ra) = append(true);
@@ -476,8 +495,8 @@ mod tests {
     #[test]
     fn a_transaction_the_storage_rolled_back_loses_the_whole_batch() -> TestResult {
         let dir = tempfile::tempdir()?;
-        let mut w = writer(dir.path())?;
-        let mut sub = w.hub.subscribe(&["s".to_string()]);
+        let (hub, mut w) = writer(dir.path())?;
+        let mut sub = hub.subscribe(&["s".to_string()]);
         let mut next_seq = 1;
         let (a, mut ra) = append(true);
         // What SQLite does by itself after some I/O errors or a full disk: the whole transaction
@@ -505,7 +524,7 @@ mod tests {
     #[test]
     fn a_lock_held_elsewhere_fails_the_batch_and_the_probe_notices_its_release() -> TestResult {
         let dir = tempfile::tempdir()?;
-        let mut w = writer(dir.path())?;
+        let (_hub, mut w) = writer(dir.path())?;
         w.busy_timeout = Duration::from_millis(10);
         w.conn.set_busy_timeout(w.busy_timeout)?;
         let other = rusqlite::Connection::open(dir.path().join("w.db"))?;

@@ -73,6 +73,22 @@ pub(super) fn pool(url: &str) -> Result<Pool> {
 pub(super) struct PgClient {
     client: Object,
     rt: Handle,
+    /// A statement failed since the transaction began or last rolled back (to a savepoint):
+    /// PostgreSQL refuses everything else in it until then.
+    failed: std::cell::Cell<bool>,
+    /// Events inserted and not yet sent: they go in one statement before the next one.
+    pending: std::cell::RefCell<Pending>,
+}
+
+/// Journal events held back, column by column (they are sent as arrays).
+#[derive(Default)]
+struct Pending {
+    ids: Vec<i64>,
+    sessions: Vec<String>,
+    turns: Vec<Option<String>>,
+    kinds: Vec<String>,
+    ts: Vec<i64>,
+    data: Vec<String>,
 }
 
 impl PgClient {
@@ -82,7 +98,42 @@ impl PgClient {
         Ok(PgClient {
             client,
             rt: rt.clone(),
+            failed: std::cell::Cell::new(false),
+            pending: std::cell::RefCell::new(Pending::default()),
         })
+    }
+
+    /// Sends the events held back, in one statement.
+    fn flush(&self) -> Result<()> {
+        let p = std::mem::take(&mut *self.pending.borrow_mut());
+        if p.ids.is_empty() {
+            return Ok(());
+        }
+        let r = self.rt.block_on(async {
+            let stmt = self
+                .client
+                .prepare_cached(
+                    "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
+                     SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
+                                          $5::bigint[], $6::text[])",
+                )
+                .await?;
+            self.client
+                .execute(
+                    &stmt,
+                    &[&p.ids, &p.sessions, &p.turns, &p.kinds, &p.ts, &p.data],
+                )
+                .await
+        });
+        self.track(r.map(|_| ()).map_err(Error::from))
+    }
+
+    /// Notes whether a statement failed (see `failed`).
+    fn track<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.failed.set(true);
+        }
+        r
     }
 
     fn is_closed(&self) -> bool {
@@ -90,12 +141,13 @@ impl PgClient {
     }
 
     fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
+        self.flush()?;
         let sql = dollar_params(sql);
         let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
-        self.rt.block_on(async {
+        self.track(self.rt.block_on(async {
             let stmt = self.client.prepare_cached(&sql).await?;
             Ok(self.client.query(&stmt, &args).await?)
-        })
+        }))
     }
 }
 
@@ -183,16 +235,42 @@ impl Sql for PgClient {
     }
 
     fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
+        self.flush()?;
         let sql = dollar_params(sql);
         let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
-        self.rt.block_on(async {
+        self.track(self.rt.block_on(async {
             let stmt = self.client.prepare_cached(&sql).await?;
             Ok(self.client.execute(&stmt, &args).await?)
-        })
+        }))
     }
 
     fn batch(&self, sql: &str) -> Result<()> {
-        Ok(self.rt.block_on(self.client.batch_execute(sql))?)
+        if sql.starts_with("ROLLBACK") && !sql.starts_with("ROLLBACK TO") {
+            // Whatever was held back goes with the transaction.
+            *self.pending.borrow_mut() = Pending::default();
+        } else {
+            self.flush()?;
+        }
+        let r = self.track(
+            self.rt
+                .block_on(self.client.batch_execute(sql))
+                .map_err(Error::from),
+        );
+        if r.is_ok() && (sql.starts_with("BEGIN") || sql.starts_with("ROLLBACK")) {
+            self.failed.set(false);
+        }
+        r
+    }
+
+    fn insert_event(&self, e: &EventRow<'_>) -> Result<()> {
+        let mut p = self.pending.borrow_mut();
+        p.ids.push(e.seq);
+        p.sessions.push(e.session_id.to_string());
+        p.turns.push(e.turn_id.map(str::to_string));
+        p.kinds.push(e.kind.to_string());
+        p.ts.push(e.ts);
+        p.data.push(e.data.to_string());
+        Ok(())
     }
 
     fn for_each_event(
@@ -234,15 +312,14 @@ pub(super) fn floor_notice(session_id: &str, floor: i64) -> String {
     format!("{floor} {session_id}")
 }
 
-/// A pool error as a storage fault: the database did not answer.
+/// A pool error as a storage fault: whatever kept the server from a connection (the database
+/// down, gone, refusing the login or at its connection limit), the same request may succeed
+/// later.
 pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => Error::Postgres(e),
-        other => Error::storage(
-            crate::error::StorageFault::Unavailable,
-            format!("database connection: {other}"),
-        ),
-    }
+    Error::storage(
+        crate::error::StorageFault::Unavailable,
+        format!("cannot connect to the database: {e}"),
+    )
 }
 
 /// Read transactions on pooled connections.
@@ -410,8 +487,8 @@ impl super::writer::WriteConn for Writer {
         Ok(())
     }
 
-    fn needs_savepoints(&self) -> bool {
-        true
+    fn spoiled(&self) -> bool {
+        self.client.as_ref().is_some_and(|c| c.failed.get())
     }
 }
 

@@ -1,5 +1,5 @@
 //! The journal tail: how a server learns of events committed by any server sharing the
-//! database, its own included, and hands them to its hub in id order.
+//! database, its own included, and hands them to its fan-out in id order.
 //!
 //! It reads the journal after the last id it delivered whenever it is woken: by this server's
 //! writer after a commit, by a `NOTIFY` from another server's commit (through `LISTEN` on a
@@ -21,10 +21,8 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
-use turnstream_protocol::{sse, Cursor};
 
-use crate::hub::{Frame, Hub};
-use crate::journal::event_json;
+use crate::journal::{Committed, FanOut};
 
 /// Longest a committed event waits for delivery when every wake-up was missed.
 const POLL: Duration = Duration::from_millis(500);
@@ -45,19 +43,26 @@ impl Tail {
         pool: Pool,
         config: tokio_postgres::Config,
         epoch: String,
-        hub: Arc<Hub>,
+        fanout: Arc<dyn FanOut>,
         head: Arc<AtomicI64>,
     ) -> Tail {
         let wake = Arc::new(Notify::new());
         let stop = CancellationToken::new();
         tokio::spawn(listen(
             config,
-            hub.clone(),
+            fanout.clone(),
             head.clone(),
             wake.clone(),
             stop.clone(),
         ));
-        tokio::spawn(deliver(pool, epoch, hub, head, wake.clone(), stop.clone()));
+        tokio::spawn(deliver(
+            pool,
+            epoch,
+            fanout,
+            head,
+            wake.clone(),
+            stop.clone(),
+        ));
         Tail { wake, stop }
     }
 
@@ -66,23 +71,23 @@ impl Tail {
     }
 }
 
-/// Reads and publishes every event after the delivered head, each time it is woken.
+/// Reads and hands on every event after the delivered head, each time it is woken.
 async fn deliver(
     pool: Pool,
     epoch: String,
-    hub: Arc<Hub>,
+    fanout: Arc<dyn FanOut>,
     head: Arc<AtomicI64>,
     wake: Arc<Notify>,
     stop: CancellationToken,
 ) {
     loop {
         loop {
-            match read_after(&pool, &epoch, head.load(Ordering::Acquire)).await {
-                Ok(frames) if frames.is_empty() => break,
-                Ok(frames) => {
-                    let full = frames.len() as i64 >= PAGE;
-                    let last = frames.last().map_or(0, |f| f.seq);
-                    hub.publish(&frames);
+            match read_after(&pool, head.load(Ordering::Acquire)).await {
+                Ok(events) if events.is_empty() => break,
+                Ok(events) => {
+                    let full = events.len() as i64 >= PAGE;
+                    let last = events.last().map_or(0, |e| e.seq);
+                    fanout.committed(&epoch, events);
                     head.store(last, Ordering::Release);
                     if !full {
                         break;
@@ -104,9 +109,8 @@ async fn deliver(
 
 async fn read_after(
     pool: &Pool,
-    epoch: &str,
     after: i64,
-) -> Result<Vec<Arc<Frame>>, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<Vec<Committed>, Box<dyn std::error::Error + Send + Sync>> {
     let client = pool.get().await?;
     let stmt = client
         .prepare_cached(
@@ -115,32 +119,27 @@ async fn read_after(
         )
         .await?;
     let rows = client.query(&stmt, &[&after, &PAGE]).await?;
-    let mut frames = Vec::with_capacity(rows.len());
+    let mut events = Vec::with_capacity(rows.len());
     for row in rows {
-        let seq: i64 = row.try_get(0)?;
-        let session_id: &str = row.try_get(1)?;
-        let turn_id: Option<&str> = row.try_get(2)?;
-        let ts: i64 = row.try_get(3)?;
-        let kind: &str = row.try_get(4)?;
-        let data: &str = row.try_get(5)?;
-        let cursor = Cursor::new(epoch, seq).to_string();
-        let json = event_json(&cursor, session_id, ts, turn_id, data);
-        frames.push(Arc::new(Frame::new(
-            seq,
-            session_id,
-            sse::encode(Some(&cursor), kind, &json),
-        )));
+        events.push(Committed {
+            seq: row.try_get(0)?,
+            session_id: row.try_get(1)?,
+            turn_id: row.try_get(2)?,
+            ts: row.try_get(3)?,
+            kind: row.try_get(4)?,
+            data: row.try_get(5)?,
+        });
     }
-    Ok(frames)
+    Ok(events)
 }
 
 /// Cuts the replay tail back to a floor another server raised.
-fn floor_raised(hub: &Hub, payload: &str) {
+fn floor_raised(fanout: &dyn FanOut, payload: &str) {
     match payload
         .split_once(' ')
         .and_then(|(floor, session)| Some((floor.parse::<i64>().ok()?, session)))
     {
-        Some((floor, session)) => hub.forget_through(session, floor),
+        Some((floor, session)) => fanout.floor_raised(session, floor),
         None => tracing::warn!(payload, "journal tail: an unreadable floor notice"),
     }
 }
@@ -148,7 +147,7 @@ fn floor_raised(hub: &Hub, payload: &str) {
 /// Holds a connection that `LISTEN`s for commits and wakes the tail on each notification.
 async fn listen(
     config: tokio_postgres::Config,
-    hub: Arc<Hub>,
+    fanout: Arc<dyn FanOut>,
     head: Arc<AtomicI64>,
     wake: Arc<Notify>,
     stop: CancellationToken,
@@ -170,7 +169,7 @@ async fn listen(
                                 listening = true;
                                 // Whatever committed before LISTEN took effect: events are
                                 // read anew, floors are unknown.
-                                hub.forget_all_through(head.load(Ordering::Acquire));
+                                fanout.unsure_through(head.load(Ordering::Acquire));
                                 wake.notify_one();
                             }
                             Err(e) => {
@@ -181,7 +180,7 @@ async fn listen(
                         m = messages.next() => match m {
                             Some(Ok(AsyncMessage::Notification(n))) => {
                                 if n.channel() == "turnstream_floors" {
-                                    floor_raised(&hub, n.payload());
+                                    floor_raised(&*fanout, n.payload());
                                 } else {
                                     wake.notify_one();
                                 }

@@ -1,0 +1,45 @@
+//! What the journal hands what committed to. The journal knows neither SSE nor subscribers: after
+//! each commit (SQLite) or each read of its tail (PostgreSQL), it hands the committed events, in
+//! id order, to a [`FanOut`]; and it tells it when retention made positions unavailable.
+
+use super::sql::EventRow;
+
+/// One committed journal event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub seq: i64,
+    pub session_id: String,
+    pub turn_id: Option<String>,
+    pub ts: i64,
+    pub kind: String,
+    /// The event's body, as stored (JSON).
+    pub data: String,
+}
+
+impl Committed {
+    pub fn row(&self) -> EventRow<'_> {
+        EventRow {
+            seq: self.seq,
+            session_id: &self.session_id,
+            turn_id: self.turn_id.as_deref(),
+            ts: self.ts,
+            kind: &self.kind,
+            data: &self.data,
+        }
+    }
+}
+
+/// Where committed events go.
+pub trait FanOut: Send + Sync {
+    /// Events of journal `epoch` that committed, in id order, with no id left out that a reader
+    /// could see. Called only after the commit.
+    fn committed(&self, epoch: &str, events: Vec<Committed>);
+
+    /// Retention made every position of `session_id` up to `floor` unavailable. Called before
+    /// the deletion commits, so nothing answers from memory what the journal no longer can.
+    fn floor_raised(&self, session_id: &str, floor: i64);
+
+    /// Positions up to `seq` of every session may have been made unavailable meanwhile (another
+    /// server's retention went unheard).
+    fn unsure_through(&self, seq: i64);
+}
