@@ -197,6 +197,7 @@ where
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2);
     let result = if h2 {
+        let svc = svc.map_request(host_from_authority);
         let conn = tls
             .http2
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
@@ -211,6 +212,22 @@ where
     if let Err(e) = result {
         tracing::trace!(error = %e, h2, "TLS connection ended with an error");
     }
+}
+
+/// An HTTP/2 request names its host in the `:authority` pseudo-header (the request URI's
+/// authority), and browsers send no `Host`; whatever reads `Host` (the same-origin check on
+/// state-changing requests, above all) gets it from there, as over HTTP/1.1.
+fn host_from_authority(mut req: Request<Incoming>) -> Request<Incoming> {
+    if !req.headers().contains_key(http::header::HOST) {
+        let host = req
+            .uri()
+            .authority()
+            .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok());
+        if let Some(host) = host {
+            req.headers_mut().insert(http::header::HOST, host);
+        }
+    }
+    req
 }
 
 /// Errors of one connection attempt (the peer gave up), not of the listener.

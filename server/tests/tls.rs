@@ -223,6 +223,35 @@ fn http2_and_http11_by_alpn_on_one_port() -> TestResult {
         "the reply was not streamed: {frames:?}"
     );
 
+    // The demo page's own sends: same origin, which HTTP/2 names in `:authority`, not `Host`.
+    let origin = format!("origin: {url}");
+    let (version, status, body) = curl_status(&[
+        "--http2",
+        "-X",
+        "POST",
+        "-H",
+        "content-type: application/json",
+        "-H",
+        &origin,
+        "--data-binary",
+        r#"{"content": "/echo same origin"}"#,
+        &format!("{url}/api/sessions/h2/messages"),
+    ])?;
+    assert_eq!((version.as_str(), status), ("2", 202), "{body}");
+    let (_, status, body) = curl_status(&[
+        "--http2",
+        "-X",
+        "POST",
+        "-H",
+        "content-type: application/json",
+        "-H",
+        "origin: https://elsewhere.example",
+        "--data-binary",
+        r#"{"content": "/echo cross site"}"#,
+        &format!("{url}/api/sessions/h2/messages"),
+    ])?;
+    assert_eq!(status, 403, "{body}");
+
     // HTTP/1.1 on the same port: the history (200) and a stream of the same session.
     let (version, status, history) =
         curl_status(&["--http1.1", &format!("{url}/api/sessions/h2/history")])?;
