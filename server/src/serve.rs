@@ -18,7 +18,10 @@
 //! is on the path: a plain connection costs what it did.
 
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::response::Response;
@@ -76,8 +79,11 @@ struct TlsServing {
     acceptor: TlsAcceptor,
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
-    /// Time a client has to complete the handshake (the header deadline).
+    /// Time a client has to complete the handshake, and an HTTP/2 connection may stay without
+    /// requests (the header deadline).
     handshake_timeout: Duration,
+    /// Cancelled when the server stops accepting: HTTP/2 connections then close gracefully.
+    stop: CancellationToken,
 }
 
 async fn serve_with(
@@ -105,6 +111,7 @@ async fn serve_with(
             http1: builder.clone(),
             http2: h2,
             handshake_timeout: limits.header_timeout,
+            stop: stop.clone(),
         })
     });
     let peers = PeerLimit::new(limits.max_connections_per_ip);
@@ -197,11 +204,7 @@ where
     };
     let h2 = stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2);
     let result = if h2 {
-        let svc = svc.map_request(host_from_authority);
-        let conn = tls
-            .http2
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
-        watcher.watch(conn).await
+        serve_h2(tls, stream, svc, watcher).await
     } else {
         let io = TokioIo::new(ParseErrorJson::new(stream));
         let conn = tls
@@ -211,6 +214,120 @@ where
     };
     if let Err(e) = result {
         tracing::trace!(error = %e, h2, "TLS connection ended with an error");
+    }
+}
+
+/// One HTTP/2 connection. Its requests are counted from their call until their response body is
+/// dropped (an SSE stream counts for as long as it is open): a connection with none open, and
+/// none started, for a whole header deadline is closed (GOAWAY), as an idle HTTP/1.1 connection
+/// is at its header deadline, so a client that shakes hands and then sends nothing (or only
+/// answers pings) cannot hold its place. Shutdown closes it the same way, once `stop` fires;
+/// `watcher` makes shutdown wait for it.
+async fn serve_h2<S>(
+    tls: &TlsServing,
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    svc: S,
+    watcher: Watcher,
+) -> Result<(), hyper::Error>
+where
+    S: tower::Service<Request<Incoming>, Response = Response, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let activity = Arc::new(Activity::default());
+    let counted = activity.clone();
+    let svc = svc
+        .map_request(host_from_authority)
+        .map_future(move |response: S::Future| {
+            let in_flight = InFlight::start(&counted);
+            async move {
+                response.await.map(|res| {
+                    res.map(|body| {
+                        axum::body::Body::new(Tracked {
+                            inner: body,
+                            _in_flight: in_flight,
+                        })
+                    })
+                })
+            }
+        });
+    let conn = tls
+        .http2
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
+    tokio::pin!(conn);
+    let idle = tls.handshake_timeout;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + idle, idle);
+    let mut closing = false;
+    let result = loop {
+        tokio::select! {
+            result = conn.as_mut() => break result,
+            _ = tls.stop.cancelled(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tick.tick(), if !closing => {
+                let started = activity.started.swap(false, Ordering::AcqRel);
+                if !started && activity.open.load(Ordering::Acquire) == 0 {
+                    tracing::trace!("idle HTTP/2 connection closed");
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    };
+    drop(watcher);
+    result
+}
+
+/// Requests of one HTTP/2 connection in progress, and whether one started since the last look.
+#[derive(Debug, Default)]
+struct Activity {
+    open: AtomicUsize,
+    started: AtomicBool,
+}
+
+/// One request in progress; dropping it (with the response body) ends it.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: &Arc<Activity>) -> InFlight {
+        activity.open.fetch_add(1, Ordering::AcqRel);
+        activity.started.store(true, Ordering::Release);
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request counted as in progress until it is dropped.
+struct Tracked {
+    inner: axum::body::Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

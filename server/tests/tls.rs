@@ -372,7 +372,10 @@ impl ServerCertVerifier for Pinned {
 }
 
 /// One HTTP/2 connection to `url` (ALPN `h2`), trusting only the certificate in `cert`.
-async fn h2_connect(url: &str, cert: &Path) -> TestResult<SendRequest<Trickle>> {
+async fn h2_connect(
+    url: &str,
+    cert: &Path,
+) -> TestResult<(SendRequest<Trickle>, tokio::task::JoinHandle<()>)> {
     let addr = url.strip_prefix("https://").ok_or("not https")?;
     let pem = std::fs::read(cert)?;
     let cert = CertificateDer::pem_slice_iter(&pem)
@@ -395,8 +398,10 @@ async fn h2_connect(url: &str, cert: &Path) -> TestResult<SendRequest<Trickle>> 
     let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .handshake(TokioIo::new(tls))
         .await?;
-    tokio::spawn(conn);
-    Ok(sender)
+    let task = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok((sender, task))
 }
 
 /// A response body, whole.
@@ -422,7 +427,7 @@ async fn request_body_deadline_over_http2() -> TestResult {
         "--body-timeout-secs",
         "1",
     ])?;
-    let mut h2 = h2_connect(&server.url, &cert).await?;
+    let (mut h2, _) = h2_connect(&server.url, &cert).await?;
     // Half a JSON body, then nothing (the sender stays open).
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tx.send(Bytes::from_static(b"{\"content\": \"half")).await?;
@@ -444,6 +449,75 @@ async fn request_body_deadline_over_http2() -> TestResult {
     let res = tokio::time::timeout(DEADLINE, h2.send_request(req)).await??;
     assert_eq!(res.status(), 200);
     drop(tx);
+    Ok(())
+}
+
+/// Reads `body` until what it sent contains `want`.
+async fn read_until(body: &mut hyper::body::Incoming, want: &str) -> TestResult {
+    let mut seen = String::new();
+    while !seen.contains(want) {
+        match std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
+            Some(frame) => {
+                if let Ok(data) = frame?.into_data() {
+                    seen.push_str(&String::from_utf8_lossy(&data));
+                }
+            }
+            None => return Err(format!("the stream ended before {want:?}: {seen:?}").into()),
+        }
+    }
+    Ok(())
+}
+
+/// An empty request body.
+fn no_body() -> Trickle {
+    Trickle(tokio::sync::mpsc::channel(1).1)
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_and_a_streaming_one_is_not() -> TestResult {
+    let certs = tempfile::tempdir()?;
+    let (cert, key) = self_signed(certs.path())?;
+    let server = TestServer::start(&[
+        "--tls-cert",
+        path_str(&cert)?,
+        "--tls-key",
+        path_str(&key)?,
+        "--header-timeout-secs",
+        "1",
+    ])?;
+    // Shakes hands (TLS and HTTP/2, pings answered by the client library), then asks nothing.
+    let started = Instant::now();
+    let (_idle, idle_task) = h2_connect(&server.url, &cert).await?;
+    tokio::time::timeout(DEADLINE, idle_task)
+        .await
+        .map_err(|_| "an idle HTTP/2 connection was kept")??;
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // A connection with a stream open is kept past several deadlines.
+    let (mut h2, task) = h2_connect(&server.url, &cert).await?;
+    let req =
+        hyper::Request::get(format!("{}/api/stream?session=kept", server.url)).body(no_body())?;
+    let mut body = tokio::time::timeout(DEADLINE, h2.send_request(req))
+        .await??
+        .into_body();
+    tokio::time::timeout(DEADLINE, read_until(&mut body, "retry:")).await??;
+    // Three header deadlines with nothing but the open stream: the connection must stay.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        !task.is_finished(),
+        "a connection with an open stream was closed"
+    );
+    let req = hyper::Request::post(format!("{}/api/sessions/kept/messages", server.url))
+        .header("content-type", "application/json")
+        .body({
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            tx.send(Bytes::from_static(br#"{"content": "/echo still here"}"#))
+                .await?;
+            Trickle(rx)
+        })?;
+    let res = tokio::time::timeout(DEADLINE, h2.send_request(req)).await??;
+    assert_eq!(res.status(), 202);
+    tokio::time::timeout(DEADLINE, read_until(&mut body, "still here")).await??;
     Ok(())
 }
 
