@@ -5,6 +5,7 @@
 mod append;
 mod compare;
 mod fanout;
+mod h2client;
 mod idle;
 mod peers;
 mod procs;

@@ -186,6 +186,7 @@ pub fn spawn(
         None => {
             let start = line
                 .find("http://")
+                .or_else(|| line.find("https://"))
                 .ok_or_else(|| anyhow!("{name}: no URL in {line:?}"))?;
             line[start..]
                 .split_whitespace()

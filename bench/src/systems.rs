@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use crate::h2client::{self, H2Client, H2Stream};
 use crate::procs::{self, Proc};
 use crate::rawhttp;
 use crate::sse::{Frame, Splitter};
@@ -57,6 +58,8 @@ pub struct System {
     aux: Vec<Proc>,
     _dir: tempfile::TempDir,
     epoch: String,
+    /// Streams are opened over HTTP/2 with TLS (turnstream with `--tls-cert`), not HTTP/1.1.
+    h2: Option<H2Client>,
 }
 
 /// An HTTP client for many concurrent long-lived streams: no pooled-connection cap, HTTP/1.1
@@ -70,15 +73,48 @@ pub fn client() -> Result<reqwest::Client> {
         .build()?)
 }
 
+/// [`client`] for a server with the bench's self-signed certificate.
+fn tls_client() -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .http1_only()
+        .danger_accept_invalid_certs(true)
+        .pool_idle_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(30))
+        .tcp_nodelay(true)
+        .build()?)
+}
+
 impl System {
     /// Starts turnstream's release binary with the demo agent and no artificial delays, plus
     /// `extra` flags.
     pub async fn turnstream(extra: &[&str]) -> Result<System> {
+        Self::turnstream_with(extra, None).await
+    }
+
+    /// [`System::turnstream`] serving HTTPS with a fresh self-signed certificate; its streams
+    /// are read over HTTP/2, laid onto TLS connections as `mode` says.
+    pub async fn turnstream_h2(mode: h2client::Mode) -> Result<System> {
+        Self::turnstream_with(&[], Some(mode)).await
+    }
+
+    async fn turnstream_with(extra: &[&str], h2: Option<h2client::Mode>) -> Result<System> {
         let bin = procs::turnstream_binary()?;
         let dir = procs::scratch_dir("turnstream-")?;
         let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--db"])
+        if h2.is_some() {
+            let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+            let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+            std::fs::write(&cert, ck.cert.pem())?;
+            std::fs::write(&key, ck.signing_key.serialize_pem())?;
+            cmd.arg("serve")
+                .arg("--tls-cert")
+                .arg(&cert)
+                .arg("--tls-key")
+                .arg(&key);
+        } else {
+            cmd.arg("serve");
+        }
+        cmd.args(["--listen", "127.0.0.1:0", "--db"])
             .arg(dir.path().join("ts.db"))
             .args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
             // Every bench client is on loopback: thousands of connections from one address, so
@@ -92,14 +128,23 @@ impl System {
             .args(["--max-streams-per-client", "0"])
             .args(extra)
             .env("RUST_LOG", "warn");
-        let proc = procs::spawn("turnstream", cmd, &log_path("turnstream")?, "http://", None)?;
+        let (ready, http) = match h2 {
+            Some(_) => ("https://", tls_client()?),
+            None => ("http://", client()?),
+        };
+        let proc = procs::spawn("turnstream", cmd, &log_path("turnstream")?, ready, None)?;
+        let h2 = match h2 {
+            Some(mode) => Some(H2Client::new(&proc.url, mode)?),
+            None => None,
+        };
         let mut sys = System {
             kind: Kind::Turnstream,
             proc,
-            http: client()?,
+            http,
             aux: Vec::new(),
             _dir: dir,
             epoch: String::new(),
+            h2,
         };
         let head = sys.head("probe").await?;
         sys.epoch = head
@@ -122,6 +167,7 @@ impl System {
             aux: Vec::new(),
             _dir: dir,
             epoch: String::new(),
+            h2: None,
         })
     }
 
@@ -147,6 +193,7 @@ impl System {
             aux: Vec::new(),
             _dir: dir,
             epoch: String::new(),
+            h2: None,
         })
     }
 
@@ -184,6 +231,7 @@ impl System {
             aux: vec![redis],
             _dir: dir,
             epoch: String::new(),
+            h2: None,
         })
     }
 
@@ -414,9 +462,18 @@ impl System {
                 format!("/streams/{stream}?resumeAt={base}")
             }
         };
-        let conn = rawhttp::get(&self.proc.url, &path, last_event_id.as_deref())
-            .await
-            .with_context(|| format!("{}: open {stream}", self.kind))?;
+        let conn = match &self.h2 {
+            Some(h2) => Body::H2(
+                h2.get(&path, last_event_id.as_deref())
+                    .await
+                    .with_context(|| format!("{} over HTTP/2: open {stream}", self.kind))?,
+            ),
+            None => Body::Http1(
+                rawhttp::get(&self.proc.url, &path, last_event_id.as_deref())
+                    .await
+                    .with_context(|| format!("{}: open {stream}", self.kind))?,
+            ),
+        };
         let mut reader = Reader {
             kind: self.kind,
             conn,
@@ -426,8 +483,10 @@ impl System {
             arrived: unix_us(),
         };
         // Bytes that came with the headers are part of the stream.
-        let early = reader.conn.take_early()?;
-        reader.splitter.push(&early);
+        if let Body::Http1(conn) = &mut reader.conn {
+            let early = conn.take_early()?;
+            reader.splitter.push(&early);
+        }
         Ok(reader)
     }
 }
@@ -436,10 +495,25 @@ fn log_path(name: &str) -> Result<PathBuf> {
     Ok(procs::bench_dir()?.join("logs").join(format!("{name}.log")))
 }
 
+/// A stream's response body, over HTTP/1.1 or HTTP/2.
+enum Body {
+    Http1(rawhttp::Conn),
+    H2(H2Stream),
+}
+
+impl Body {
+    async fn read_into(&mut self, out: &mut Splitter) -> Result<bool> {
+        match self {
+            Body::Http1(c) => c.read_into(out).await,
+            Body::H2(s) => s.read_into(out).await,
+        }
+    }
+}
+
 /// An open stream.
 pub struct Reader {
     kind: Kind,
-    conn: rawhttp::Conn,
+    conn: Body,
     splitter: Splitter,
     /// resumable-stream: the character offset this reader started at.
     base: u64,

@@ -229,6 +229,13 @@ pub struct Config {
         default_value_t = 1000
     )]
     pub max_connections_per_ip: usize,
+    /// Certificate chain (PEM) to serve HTTPS with: HTTP/2 and HTTP/1.1, chosen by ALPN, on the
+    /// one port. Needs --tls-key.
+    #[arg(long, env = "TURNSTREAM_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM: PKCS#8, RSA or EC) of --tls-cert's first certificate. Needs --tls-cert.
+    #[arg(long, env = "TURNSTREAM_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Seconds a worker's lease on a turn lasts after each accepted request (`--agent worker`);
     /// a turn whose lease runs out ends `interrupted`.
     #[arg(
@@ -316,6 +323,19 @@ impl Config {
             header_timeout: Duration::from_secs(self.header_timeout_secs.max(1)),
             body_timeout: Duration::from_secs(self.body_timeout_secs.max(1)),
             max_connections_per_ip: self.max_connections_per_ip,
+        }
+    }
+
+    /// The TLS configuration `--tls-cert` and `--tls-key` name (reads and checks both files),
+    /// or `None` to serve plain HTTP/1.1.
+    pub fn tls(
+        &self,
+    ) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, crate::tls::TlsError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => crate::tls::server_config(cert, key).map(Some),
+            (None, None) => Ok(None),
+            // clap already requires both or neither; this is for embedders.
+            _ => Err(crate::tls::TlsError::Incomplete),
         }
     }
 

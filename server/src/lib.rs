@@ -17,6 +17,7 @@
 //! - [`config`]: command-line and environment configuration.
 //! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
 //!   request headers and bodies, connections per address, JSON for hyper's own answers).
+//! - [`tls`]: HTTPS with `--tls-cert`/`--tls-key`, HTTP/2 and HTTP/1.1 by ALPN.
 //! - [`logging`]: text or JSON log lines, and the per-request and per-turn targets.
 
 pub mod agent;
@@ -36,6 +37,7 @@ pub mod metrics;
 pub mod runner;
 pub mod serve;
 pub mod slots;
+pub mod tls;
 pub mod worker;
 
 use std::future::Future;
@@ -104,6 +106,9 @@ pub async fn run(
     let auth = config
         .authenticator()
         .map_err(|e| error::Error::Config(e.to_string()))?;
+    let tls = config
+        .tls()
+        .map_err(|e| error::Error::Config(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::default());
     let hub = hub::Hub::with_metrics(metrics.clone());
     hub.set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));
@@ -156,12 +161,21 @@ pub async fn run(
     ));
 
     let stop_accepting = CancellationToken::new();
-    let server = tokio::spawn(serve::serve(
-        listener,
-        app,
-        config.conn_limits(),
-        stop_accepting.clone(),
-    ));
+    let server = match tls {
+        Some(tls) => tokio::spawn(serve::serve_tls(
+            listener,
+            app,
+            config.conn_limits(),
+            tls,
+            stop_accepting.clone(),
+        )),
+        None => tokio::spawn(serve::serve(
+            listener,
+            app,
+            config.conn_limits(),
+            stop_accepting.clone(),
+        )),
+    };
 
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");

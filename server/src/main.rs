@@ -28,14 +28,20 @@ async fn main() -> anyhow::Result<()> {
     ) {
         tracing::warn!("{warning}");
     }
+    // A certificate or key that cannot be served stops the server here, before it says it is
+    // listening (`run` loads them again for itself; it is also the embedders' entry point).
+    let scheme = match config.tls().context("cannot serve HTTPS")? {
+        Some(_) => "https",
+        None => "http",
+    };
     let listener = turnstream_server::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     // One machine-readable line on stdout, so scripts and tests learn the port (with --listen :0).
     let mut out = std::io::stdout();
-    writeln!(out, "turnstream listening on http://{addr}")?;
+    writeln!(out, "turnstream listening on {scheme}://{addr}")?;
     out.flush()?;
-    tracing::info!(%addr, db = %config.database(), agent = ?config.agent, "serving");
+    tracing::info!(%addr, %scheme, db = %config.database(), agent = ?config.agent, "serving");
     let agent = turnstream_server::agent_from_config(&config);
     turnstream_server::run(config, agent, listener, shutdown_signal())
         .await
