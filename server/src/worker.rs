@@ -88,7 +88,8 @@ pub fn coalesce(events: Vec<WorkerEvent>) -> Vec<EventBody> {
     out
 }
 
-/// Ends `interrupted` the turns whose lease ran out, until `stopping`.
+/// Ends `interrupted` the turns whose lease ran out, until `stopping`; on a shared journal, also
+/// wakes waiting claims for turns that became claimable through another server.
 pub(crate) async fn sweep_leases(
     journal: Journal,
     dispatch: std::sync::Arc<Dispatch>,
@@ -111,6 +112,15 @@ pub(crate) async fn sweep_leases(
                 dispatch.notify();
             }
             Err(e) => tracing::warn!(error = %e, "cannot end turns with expired leases"),
+        }
+        // On a shared journal a turn may be queued, or a session freed, through another
+        // server: claims waiting here look again when some session has a claimable turn.
+        if journal.is_shared() {
+            match journal.sessions_waiting().await {
+                Ok(sessions) if !sessions.is_empty() => dispatch.notify(),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot look for waiting sessions"),
+            }
         }
     }
 }

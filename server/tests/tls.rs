@@ -60,7 +60,7 @@ fn curl_status(args: &[&str]) -> TestResult<(String, u16, String)> {
         .ok_or_else(|| format!("curl printed {text:?}; stderr {}", stderr(&out)))?;
     let code: u16 = code.trim().parse()?;
     if code == 0 {
-        return Err(format!("curl failed: {}", stderr(&out)).into());
+        return Err(format!("curl {args:?} failed: {}", stderr(&out)).into());
     }
     Ok((version.to_string(), code, body.to_string()))
 }
@@ -293,6 +293,51 @@ fn http2_and_http11_by_alpn_on_one_port() -> TestResult {
     let mut h1 = h1;
     stream.wait_end()?;
     h1.wait_end()?;
+    Ok(())
+}
+
+/// A refusal given before the body was read (`401` without a token, `403` from another site)
+/// reaches an HTTP/2 client as that answer: the server reads the rest of the body first instead
+/// of resetting the stream while the client is still sending it (curl then reported "Stream
+/// error in the HTTP/2 framing layer" for about one request in four).
+#[test]
+fn refusals_before_the_body_is_read_reach_http2_clients() -> TestResult {
+    let certs = tempfile::tempdir()?;
+    let (cert, key) = self_signed(certs.path())?;
+    let server = TestServer::start(&[
+        "--tls-cert",
+        path_str(&cert)?,
+        "--tls-key",
+        path_str(&key)?,
+        "--auth-secret",
+        "0123456789abcdef0123456789abcdef",
+    ])?;
+    let url = format!("{}/api/sessions/refused/messages", server.url);
+    for i in 0..24 {
+        let (origin, want, code) = if i % 2 == 0 {
+            ("origin: https://elsewhere.example", 403, "forbidden_origin")
+        } else {
+            ("x-nothing: 1", 401, "unauthorized")
+        };
+        let (version, status, body) = curl_status(&[
+            "--http2",
+            "-X",
+            "POST",
+            "-H",
+            "content-type: application/json",
+            "-H",
+            origin,
+            "--data-binary",
+            r#"{"content": "/echo refused"}"#,
+            &url,
+        ])?;
+        assert_eq!(
+            (version.as_str(), status),
+            ("2", want),
+            "request {i}: {body}"
+        );
+        assert!(body.contains(code), "request {i}: {body}");
+    }
     Ok(())
 }
 

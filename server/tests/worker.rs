@@ -38,9 +38,12 @@ fn keyed_client(key: &str) -> TestResult<reqwest::Client> {
         AUTHORIZATION,
         HeaderValue::from_str(&format!("Bearer {key}"))?,
     );
+    // No idle connection kept: with several nodes behind the test's proxy, each request goes to
+    // another node, and none rides a connection to a node that a restart killed.
     Ok(reqwest::Client::builder()
         .default_headers(headers)
         .timeout(DEADLINE)
+        .pool_max_idle_per_host(0)
         .build()?)
 }
 
