@@ -17,6 +17,7 @@ mod ring;
 mod sse;
 mod stats;
 mod systems;
+mod tabs;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -48,6 +49,8 @@ enum Cmd {
     Refresh(Opts),
     /// Figure 6: side by side with the in-memory baseline and the peers on one chat workload.
     Compare(Opts),
+    /// Figure 7: streams the server holds for N tabs of one origin in headless Chromium.
+    Tabs(Opts),
     /// The in-memory ring-buffer baseline server (started by the bench itself).
     #[command(hide = true)]
     RingServer {
@@ -83,6 +86,7 @@ pub enum Figure {
     Replay,
     Refresh,
     Compare,
+    Tabs,
 }
 
 fn main() -> Result<()> {
@@ -103,6 +107,7 @@ fn main() -> Result<()> {
                         Figure::Replay,
                         Figure::Refresh,
                         Figure::Compare,
+                        Figure::Tabs,
                     ],
                 )
                 .await
@@ -113,6 +118,7 @@ fn main() -> Result<()> {
             Cmd::Replay(o) => run(o, &[Figure::Replay]).await,
             Cmd::Refresh(o) => run(o, &[Figure::Refresh]).await,
             Cmd::Compare(o) => run(o, &[Figure::Compare]).await,
+            Cmd::Tabs(o) => run(o, &[Figure::Tabs]).await,
         }
     })
 }
