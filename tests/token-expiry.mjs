@@ -50,6 +50,8 @@ scenario("a token that expires mid-turn: the stream ends with token_expired, the
     const h = await serverHistory(server, session);
     assertEq(h.map((m) => m.content), ["/deltas 200", deltasText(200)], "the server has it once");
     assertEq(h[0].author, "user-1", "posted as the token's user");
+    const state = await page.evaluate(() => window.chat.state());
+    assertEq(state.messages.map((m) => [m.role, m.author]), [["user", "user-1"], ["assistant", null]], "the state carries the author");
     return page;
   });
 
@@ -68,6 +70,7 @@ scenario("a token the server keeps refusing: connection says unauthorized with t
     });
     assertEq(v.error?.code, "invalid_token", "the server's error is shown");
     assertEq(v.messages.map((m) => [m.role, m.content]), [["user", "/echo kept"], ["assistant", "kept"]], "nothing else in the view is lost");
+    assertEq(v.messages.map((m) => m.author), ["user-1", null], "the author came back from the cache");
     // Tokens work again: the next attempt goes through.
     good = true;
     await until("live again", async () => (await view(page)).connection === "live", 45_000);

@@ -18,6 +18,7 @@ mod ring;
 mod sse;
 mod stats;
 mod systems;
+mod tabs;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -49,6 +50,8 @@ enum Cmd {
     Refresh(Opts),
     /// Figure 6: side by side with the in-memory baseline and the peers on one chat workload.
     Compare(Opts),
+    /// Figure 7: streams the server holds for N tabs of one origin in headless Chromium.
+    Tabs(Opts),
     /// The in-memory ring-buffer baseline server (started by the bench itself).
     #[command(hide = true)]
     RingServer {
@@ -84,6 +87,7 @@ pub enum Figure {
     Replay,
     Refresh,
     Compare,
+    Tabs,
 }
 
 fn main() -> Result<()> {
@@ -104,6 +108,7 @@ fn main() -> Result<()> {
                         Figure::Replay,
                         Figure::Refresh,
                         Figure::Compare,
+                        Figure::Tabs,
                     ],
                 )
                 .await
@@ -114,6 +119,7 @@ fn main() -> Result<()> {
             Cmd::Replay(o) => run(o, &[Figure::Replay]).await,
             Cmd::Refresh(o) => run(o, &[Figure::Refresh]).await,
             Cmd::Compare(o) => run(o, &[Figure::Compare]).await,
+            Cmd::Tabs(o) => run(o, &[Figure::Tabs]).await,
         }
     })
 }

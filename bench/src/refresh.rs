@@ -91,7 +91,7 @@ pub async fn figure(sizes: &Sizes, rows: &mut Vec<Row>) {
 }
 
 /// Why the figure has no numbers: a missing prerequisite ("not run: …") or a failure.
-struct Skip(String);
+pub(crate) struct Skip(pub(crate) String);
 
 impl From<anyhow::Error> for Skip {
     fn from(e: anyhow::Error) -> Skip {
@@ -109,7 +109,7 @@ async fn run(reps: usize) -> std::result::Result<Value, Skip> {
 
 /// Chromium's path, once node, the page's package and playwright-core are all in place; or
 /// why the figure cannot run here.
-fn prerequisites() -> std::result::Result<PathBuf, String> {
+pub(crate) fn prerequisites() -> std::result::Result<PathBuf, String> {
     if !have("node") || !have("npm") {
         return Err("not run: node and npm are not installed".into());
     }
@@ -154,7 +154,7 @@ fn browser_dir() -> PathBuf {
     workspace_root().join("bench").join("browser")
 }
 
-fn log_path(name: &str) -> Result<PathBuf> {
+pub(crate) fn log_path(name: &str) -> Result<PathBuf> {
     Ok(procs::bench_dir()?.join("logs").join(format!("{name}.log")))
 }
 
@@ -309,7 +309,7 @@ async fn measure(chromium: &Path, upstream: &str, reps: usize) -> Result<Value> 
     let log = log_path("refresh-browser")?;
     let out = tokio::time::timeout(
         Duration::from_secs(300),
-        tokio::task::spawn_blocking(move || run_script(&cfg, &log)),
+        tokio::task::spawn_blocking(move || run_script("refresh", &cfg, &log)),
     )
     .await
     .map_err(|_| anyhow!("the browser script took more than 300 s"))???;
@@ -327,13 +327,14 @@ impl Drop for Killed {
     }
 }
 
-/// Runs `refresh.mjs` and parses the JSON line it prints. Its stdin stays open while we wait:
-/// the script exits (and closes Chromium) when the bench goes away, however it goes.
-fn run_script(cfg: &Value, log: &Path) -> Result<Value> {
+/// Runs `bench/browser/{script}.mjs` and parses the JSON line it prints (kept in
+/// `target/bench/{script}.json`). Its stdin stays open while we wait: the script exits (and
+/// closes Chromium) when the bench goes away, however it goes.
+pub(crate) fn run_script(script: &str, cfg: &Value, log: &Path) -> Result<Value> {
     let dir = browser_dir();
     let err = std::fs::File::create(log)?;
     let child = Command::new("node")
-        .arg(dir.join("refresh.mjs"))
+        .arg(dir.join(format!("{script}.mjs")))
         .arg(cfg.to_string())
         .current_dir(&dir)
         .stdin(Stdio::piped())
@@ -353,17 +354,17 @@ fn run_script(cfg: &Value, log: &Path) -> Result<Value> {
     let line = stdout.lines().last().unwrap_or("");
     let v: Value = serde_json::from_str(line).map_err(|_| {
         anyhow!(
-            "refresh.mjs exited with {status} without results (see {})",
+            "{script}.mjs exited with {status} without results (see {})",
             log.display()
         )
     })?;
-    // Every run's milestones, resources and renders, for a closer look than the table's.
+    // Every run's details (milestones, resources, renders…), for a closer look than the table's.
     if let Ok(dir) = procs::bench_dir() {
-        let _ = std::fs::write(dir.join("refresh.json"), line);
+        let _ = std::fs::write(dir.join(format!("{script}.json")), line);
     }
     if let Some(e) = v.get("error").and_then(Value::as_str) {
         bail!(
-            "refresh.mjs: {}",
+            "{script}.mjs: {}",
             e.lines().next().unwrap_or(e).trim_start_matches("Error: ")
         );
     }

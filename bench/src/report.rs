@@ -10,7 +10,7 @@ use anyhow::Result;
 use crate::peers::{self, Avail};
 use crate::stats::{dur_ms, ms, thousands, Samples};
 use crate::systems::{Kind, System};
-use crate::{append, compare, fanout, h2client, idle, refresh, replay, Figure, Opts};
+use crate::{append, compare, fanout, h2client, idle, refresh, replay, tabs, Figure, Opts};
 
 /// One table row.
 pub struct Row {
@@ -51,6 +51,8 @@ pub struct Sizes {
     pub refresh_reps: usize,
     pub compare_chunks: u64,
     pub compare_rate: f64,
+    /// Tab counts of figure 7, one browser context each.
+    pub tabs: Vec<usize>,
 }
 
 impl Sizes {
@@ -76,6 +78,7 @@ impl Sizes {
                 refresh_reps: 3,
                 compare_chunks: 300,
                 compare_rate: 300.0,
+                tabs: vec![1, 6],
             }
         } else {
             Sizes {
@@ -98,6 +101,7 @@ impl Sizes {
                 refresh_reps: 5,
                 compare_chunks: 2000,
                 compare_rate: 500.0,
+                tabs: vec![1, 6, 12, 20],
             }
         }
     }
@@ -168,6 +172,7 @@ pub async fn run_figures(opts: &Opts, figures: &[Figure], fds: u64) -> Result<()
             Figure::Replay => figure_replay(&sizes, &peers, &mut rows).await,
             Figure::Refresh => refresh::figure(&sizes, &mut rows).await,
             Figure::Compare => compare::figure(&sizes, &peers, &mut rows).await,
+            Figure::Tabs => tabs::figure(&sizes, &mut rows).await,
         }
     }
     let table = render(&rows);

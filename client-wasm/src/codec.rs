@@ -344,6 +344,7 @@ fn user_entry<V: Value>(v: &V) -> Option<UserEntry> {
         error: opt(v, "error", entry_error)?,
         from_server: boolean(v, "from_server")?,
         send_order: u64::try_from(int(v, "send_order")?).ok()?,
+        author: opt_string(v, "author")?,
     })
 }
 
@@ -676,6 +677,7 @@ fn write_user(out: &mut String, u: &UserEntry) {
             "send_order",
             i64::try_from(u.send_order).unwrap_or(i64::MAX),
         )
+        .opt_str("author", u.author.as_deref())
         .end();
 }
 

@@ -74,6 +74,9 @@ export interface UserEntry extends EntryBase {
   readonly recovered: false;
   /** Unix milliseconds: the sender's clock until the server's is known. */
   readonly createdAt: number;
+  /** Who wrote it, as the server recorded it: the `sub` of the token it was posted with, or the
+   *  author a service key named. null until the server has the message, and without auth. */
+  readonly author: string | null;
 }
 
 export interface AssistantEntry extends EntryBase {
@@ -85,6 +88,7 @@ export interface AssistantEntry extends EntryBase {
    *  came after a reload, from a turn-status check or history, not from the live stream. */
   readonly recovered: boolean;
   readonly createdAt: null;
+  readonly author: null;
 }
 
 export type ChatEntry = UserEntry | AssistantEntry;

@@ -44,6 +44,10 @@ pub struct UserEntry {
     pub from_server: bool,
     /// Order among unsent messages of one tab (the clock alone ties within a millisecond).
     pub send_order: u64,
+    /// Who wrote it, as the server recorded it (contract v1.1); `None` until the server's copy
+    /// arrives, and without auth.
+    #[serde(default)]
+    pub author: Option<String>,
 }
 
 impl UserEntry {
@@ -67,6 +71,7 @@ impl UserEntry {
         fill(&mut self.client_message_id, &other.client_message_id);
         fill(&mut self.message_id, &other.message_id);
         fill(&mut self.turn_id, &other.turn_id);
+        fill(&mut self.author, &other.author);
         if self.seq.is_none() {
             self.seq = other.seq;
         }

@@ -407,6 +407,7 @@ impl Conversation {
             error: None,
             from_server: false,
             send_order: self.send_counter,
+            author: None,
         };
         let changed = self.join_user(entry);
         self.touch(changed)
@@ -760,6 +761,7 @@ impl Conversation {
                     error: None,
                     from_server: true,
                     send_order: 0,
+                    author: m.author.clone(),
                 };
                 let mut changed = self.join_user(incoming);
                 if let Some(turn_id) = &m.turn_id {

@@ -207,7 +207,7 @@ impl Builder {
             turn_id: Some(turn_id.clone()),
             created_at: 1_000 + seq,
             event_id: cursor(seq),
-            author: None,
+            author: (k % 2 == 0).then(|| format!("user-{k}")),
         };
         self.push(
             seq,

@@ -146,6 +146,52 @@ fn optimistic_bubble_becomes_the_server_message_once() {
 }
 
 #[test]
+fn the_author_is_the_servers_and_survives_the_cache() {
+    let mut c = Conversation::new(S);
+    c.send_local("c1", "mine", 5);
+    assert_eq!(
+        c.view().messages[0].author,
+        None,
+        "not known before the server has it"
+    );
+    let mut m = user_msg(10, 1, Some("c1"), "mine");
+    m.author = Some("alice".into());
+    c.apply_event(&ev(10, "t1", EventBody::MessageReceived { message: m }));
+    let mut theirs = user_msg(12, 2, None, "theirs");
+    theirs.author = Some("bob".into());
+    c.apply_history(&history("e1-13", vec![theirs]));
+    // A later account without it (a sibling's relay of the POST answer) keeps it.
+    c.apply_post_response(&PostMessageResponse {
+        message_id: "m1".into(),
+        client_message_id: Some("c1".into()),
+        turn_id: "t1".into(),
+        event_id: "e1-10".into(),
+    });
+    let authors = |c: &Conversation| -> Vec<(String, Option<String>)> {
+        c.view()
+            .messages
+            .into_iter()
+            .map(|e| (e.key, e.author))
+            .collect()
+    };
+    let want = vec![
+        ("c1".to_owned(), Some("alice".to_owned())),
+        ("turn:t1".to_owned(), None),
+        ("m2".to_owned(), Some("bob".to_owned())),
+        ("turn:t2".to_owned(), None),
+    ];
+    assert_eq!(authors(&c), want);
+
+    // Through the cache's JSON, as a reload reads it.
+    let json = crate::codec::cache_record_json(&c.to_cache());
+    let value: serde_json::Value = serde_json::from_str(&json).expect("the cache is JSON");
+    let rec = crate::codec::cache_record(&value).expect("the cache reads back");
+    let mut reloaded = Conversation::new(S);
+    reloaded.apply_cache(&rec);
+    assert_eq!(authors(&reloaded), want);
+}
+
+#[test]
 fn post_answer_first_places_the_bubble_and_its_reply() {
     let mut c = Conversation::new(S);
     c.apply_history(&history("e1-3", vec![user_msg(2, 0, None, "old")]));

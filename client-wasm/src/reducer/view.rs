@@ -132,6 +132,10 @@ pub struct EntryView {
     pub error: Option<EntryError>,
     /// Unix milliseconds (the sender's clock until the server's is known); `null` for replies.
     pub created_at: Option<i64>,
+    /// Who wrote a user message, as the server recorded it (the token's `sub`, or the author a
+    /// service key named); `null` until the server has the message, without auth, and for
+    /// replies.
+    pub author: Option<String>,
 }
 
 /// Everything a UI renders for one session.
@@ -185,6 +189,7 @@ pub(crate) fn user_view(u: &UserEntry) -> EntryView {
         recovered: false,
         error: u.error.clone(),
         created_at: Some(u.created_at),
+        author: u.author.clone(),
     }
 }
 
@@ -231,6 +236,7 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
         recovered: a.recovered,
         error,
         created_at: None,
+        author: None,
     }
 }
 

@@ -154,5 +154,6 @@ fn entry_js(e: &EntryView) -> Object {
         .created_at
         .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
     set(&o, "createdAt", &created_at);
+    set(&o, "author", &opt_str(&e.author));
     o
 }
