@@ -38,6 +38,21 @@ pub async fn run(
     messages: usize,
     rate: f64,
 ) -> Result<Fanout> {
+    across(sys.clone(), sys, streams, subs, messages, rate).await
+}
+
+/// [`run`] with the messages published on `publisher` and read from `readers`: two nodes of one
+/// PostgreSQL journal (or the same system twice). Server CPU counts both when they differ.
+pub async fn across(
+    publisher: Arc<System>,
+    sys: Arc<System>,
+    streams: usize,
+    subs: usize,
+    messages: usize,
+    rate: f64,
+) -> Result<Fanout> {
+    let two = !Arc::ptr_eq(&publisher, &sys);
+    let cpu = || sys.cpu_secs() + if two { publisher.cpu_secs() } else { 0.0 };
     let names: Vec<String> = (0..streams).map(|i| format!("f{i}")).collect();
     for n in &names {
         sys.prepare(n).await?;
@@ -86,13 +101,13 @@ pub async fn run(
     // Let the streams' first bytes (prelude, replay of nothing) settle before timing.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let cpu0 = sys.cpu_secs();
+    let cpu0 = cpu();
     let t0 = Instant::now();
     let mut posts = Vec::with_capacity(messages);
     for m in 0..messages {
         let at = t0 + Duration::from_secs_f64(m as f64 / rate);
         tokio::time::sleep_until(at.into()).await;
-        let sys = sys.clone();
+        let sys = publisher.clone();
         let name = names[m % streams].clone();
         // Open loop: each publish runs on its own so a slow one does not delay the next.
         posts.push(tokio::spawn(async move {
@@ -122,7 +137,7 @@ pub async fn run(
             all.await
         }
     };
-    let server_cpu_pct = 100.0 * (sys.cpu_secs() - cpu0) / t0.elapsed().as_secs_f64();
+    let server_cpu_pct = 100.0 * (cpu() - cpu0) / t0.elapsed().as_secs_f64();
     for r in results {
         let (s, miss) = r.map_err(|e| anyhow!("reader task: {e}"))?;
         samples.extend(s);

@@ -7,6 +7,7 @@ mod compare;
 mod fanout;
 mod idle;
 mod peers;
+mod pg;
 mod procs;
 mod prom;
 mod rawhttp;

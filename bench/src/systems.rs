@@ -74,13 +74,21 @@ impl System {
     /// Starts turnstream's release binary with the demo agent and no artificial delays, plus
     /// `extra` flags.
     pub async fn turnstream(extra: &[&str]) -> Result<System> {
+        Self::turnstream_on(None, extra).await
+    }
+
+    /// [`System::turnstream`] on the PostgreSQL database at `database_url` (`None`: a fresh
+    /// SQLite file). Several systems started on one URL share the journal (a cluster).
+    pub async fn turnstream_on(database_url: Option<&str>, extra: &[&str]) -> Result<System> {
         let bin = procs::turnstream_binary()?;
         let dir = procs::scratch_dir("turnstream-")?;
         let mut cmd = Command::new(bin);
-        cmd.arg("serve")
-            .args(["--listen", "127.0.0.1:0", "--db"])
-            .arg(dir.path().join("ts.db"))
-            .args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
+        cmd.arg("serve").args(["--listen", "127.0.0.1:0", "--db"]);
+        match database_url {
+            Some(url) => cmd.arg(url),
+            None => cmd.arg(dir.path().join("ts.db")),
+        };
+        cmd.args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
             // Every bench client is on loopback: thousands of connections from one address, so
             // the per-address and per-client limits are off.
             .args([
@@ -92,7 +100,16 @@ impl System {
             .args(["--max-streams-per-client", "0"])
             .args(extra)
             .env("RUST_LOG", "warn");
-        let proc = procs::spawn("turnstream", cmd, &log_path("turnstream")?, "http://", None)?;
+        // Nodes of one PostgreSQL database run side by side: each keeps a log of its own.
+        let log = match database_url {
+            None => log_path("turnstream")?,
+            Some(_) => {
+                static NODE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = NODE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+                log_path(&format!("turnstream-pg-{n}"))?
+            }
+        };
+        let proc = procs::spawn("turnstream", cmd, &log, "http://", None)?;
         let mut sys = System {
             kind: Kind::Turnstream,
             proc,
