@@ -21,6 +21,8 @@ pub struct Fanout {
     /// Deliveries expected but not seen before the deadline.
     pub missing: u64,
     pub failed_publishes: u64,
+    /// Why the first failed publish failed.
+    pub first_failure: Option<String>,
     /// Server CPU (all its threads) over the publishing window, in % of one core.
     pub server_cpu_pct: f64,
 }
@@ -115,10 +117,15 @@ pub async fn across(
         }));
     }
     let mut failed_publishes = 0;
+    let mut first_failure = None;
     for p in posts {
-        if !matches!(p.await, Ok(Ok(()))) {
-            failed_publishes += 1;
-        }
+        let why = match p.await {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(e) => format!("publish task: {e}"),
+        };
+        failed_publishes += 1;
+        first_failure.get_or_insert(why);
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     let mut samples = Samples::default();
@@ -148,6 +155,7 @@ pub async fn across(
         samples,
         missing,
         failed_publishes,
+        first_failure,
         server_cpu_pct,
     })
 }

@@ -122,7 +122,7 @@ impl Sizes {
                 pg_append_sessions: 64,
                 pg_append_events: 300,
                 pg_latency_sessions: 20,
-                pg_latency_pace_us: 10_000,
+                pg_latency_pace_us: 20_000,
                 pg_http_sessions: 32,
                 pg_http_messages: 1,
                 pg_fanout_cases: 4,
@@ -627,9 +627,13 @@ fn fanout_cell(r: Result<fanout::Fanout>) -> (String, f64) {
             if f.missing > 0 || f.failed_publishes > 0 {
                 let _ = write!(
                     c,
-                    " ({} deliveries missing, {} publishes failed)",
+                    " ({} deliveries missing, {} publishes failed",
                     f.missing, f.failed_publishes
                 );
+                if let Some(why) = &f.first_failure {
+                    let _ = write!(c, ", the first: {why}");
+                }
+                c.push(')');
             }
             (c, p)
         }
@@ -680,7 +684,7 @@ async fn pg_fanout(
         format!("2. PostgreSQL, across nodes: published on node A, read on node B (two servers, one database), p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each)"),
         "p99 ≤ 50 ms",
     );
-    r.ours = format!("{cell} (server CPU: both nodes)");
+    r.ours = cell.replacen("(server CPU ", "(server CPU of both nodes ", 1);
     sqlite_cell(&mut r);
     r.comparisons
         .push(format!("PostgreSQL one node, same run: {one_cell}"));
@@ -901,23 +905,33 @@ async fn figure_replay(sizes: &Sizes, peers: &Peers, pg: Option<&str>, rows: &mu
 
 /// Figure 4 on PostgreSQL. `sqlite`: (missed, cell, p50 µs) of the same run.
 async fn pg_replay(sizes: &Sizes, admin: &str, sqlite: &[(u64, String, f64)], rows: &mut Vec<Row>) {
-    eprintln!("replay: PostgreSQL");
-    let run = async {
+    // With the server's replay tail (recent frames in memory, the default), and without it, so
+    // that every page is read from the journal.
+    let run = |cache_off: bool| async move {
+        eprintln!(
+            "replay: PostgreSQL{}",
+            if cache_off {
+                ", --replay-cache-mb 0"
+            } else {
+                ""
+            }
+        );
         let (upstream, _, task) = crate::upstream::start().await?;
         let r = async {
             let url = pg::fresh_database(admin, "replay").await?;
-            let sys = System::turnstream_on(
-                Some(&url),
-                &["--agent", "openai", "--openai-base-url", &upstream],
-            )
-            .await?;
+            let mut flags = vec!["--agent", "openai", "--openai-base-url", &upstream];
+            if cache_off {
+                flags.extend(["--replay-cache-mb", "0"]);
+            }
+            let sys = System::turnstream_on(Some(&url), &flags).await?;
             replay::run(Arc::new(sys), &sizes.pg_replay_missed, sizes.replay_reps).await
         }
         .await;
         task.abort();
         r
     };
-    let results = run.await;
+    let results = run(false).await;
+    let uncached = run(true).await;
     for n in &sizes.pg_replay_missed {
         let mut row = Row::new(
             format!(
@@ -954,6 +968,20 @@ async fn pg_replay(sizes: &Sizes, admin: &str, sqlite: &[(u64, String, f64)], ro
             row.comparisons.push(format!("SQLite, same run: {cell}"));
             row.ratio = ratio(p50, *sqlite_p50);
         }
+        row.comparisons.push(match &uncached {
+            Err(e) => format!("PostgreSQL, `--replay-cache-mb 0`: failed: {e:#}"),
+            Ok(results) => match results.iter().find(|r| r.missed == *n) {
+                None => "PostgreSQL, `--replay-cache-mb 0`: no result".into(),
+                Some(r) => {
+                    let mut s = r.samples.clone();
+                    format!(
+                        "PostgreSQL, `--replay-cache-mb 0` (every page read from the journal): {} ms ({} ms)",
+                        ms(s.pct(50.0).unwrap_or(0)),
+                        ms(s.pct(100.0).unwrap_or(0)),
+                    )
+                }
+            },
+        });
         rows.push(row);
     }
 }

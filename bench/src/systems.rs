@@ -105,7 +105,7 @@ impl System {
             None => log_path("turnstream")?,
             Some(_) => {
                 static NODE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-                let n = NODE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+                let n = NODE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 log_path(&format!("turnstream-pg-{n}"))?
             }
         };
@@ -295,7 +295,10 @@ impl System {
         };
         let res = req.send().await?;
         if !res.status().is_success() {
-            bail!("{}: publish to {stream}: {}", self.kind, res.status());
+            let status = res.status();
+            let body = res.text().await.unwrap_or_default();
+            let body: String = body.chars().take(200).collect();
+            bail!("{}: publish to {stream}: {status} {body}", self.kind);
         }
         Ok(())
     }
