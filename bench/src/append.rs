@@ -18,7 +18,7 @@ use anyhow::{anyhow, Context, Result};
 use futures::future::BoxFuture;
 use turnstream_server::agent::{Agent, AgentError, TurnContext, TurnSink};
 use turnstream_server::hub::Hub;
-use turnstream_server::journal::{schema, Journal};
+use turnstream_server::journal::{schema, Database, Journal, JournalOptions};
 use turnstream_server::live::LiveFeed;
 use turnstream_server::metrics::Metrics;
 use turnstream_server::runner::{Runner, RunnerConfig};
@@ -99,8 +99,15 @@ impl InProcess {
 
 /// Runs `sessions` concurrent turns of `per_session` deltas each through the server's runner
 /// and journal. `pace_us` 0 = as fast as possible (throughput); otherwise one delta per
-/// `pace_us` per session (latency at an offered rate).
-pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result<InProcess> {
+/// `pace_us` per session (latency at an offered rate). `database_url`: the PostgreSQL database
+/// to journal in (`None`: a fresh SQLite file). On PostgreSQL a committed event reaches the hub
+/// through the server's tail (one read after each commit), as it does in the binary.
+pub async fn in_process(
+    database_url: Option<&str>,
+    sessions: u64,
+    per_session: u64,
+    pace_us: u64,
+) -> Result<InProcess> {
     let dir = crate::procs::scratch_dir("append-")?;
     let metrics = Arc::new(Metrics::default());
     let hub = Hub::with_metrics(metrics.clone());
@@ -111,11 +118,17 @@ pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result
     {
         hub.set_tail_budget(mb.saturating_mul(1024 * 1024));
     }
-    let journal = Journal::open(
-        &dir.path().join("ts.db"),
+    let db = match database_url {
+        Some(url) => Database::Postgres(url.to_string()),
+        None => Database::Sqlite(dir.path().join("ts.db")),
+    };
+    let journal = Journal::open_database(
+        &db,
         metrics.clone(),
+        JournalOptions::default(),
         LiveFeed::new(hub.clone()),
     )
+    .await
     .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
     let total = (sessions * per_session) as usize;
     let stamps: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
@@ -198,7 +211,9 @@ pub async fn in_process(sessions: u64, per_session: u64, pace_us: u64) -> Result
     done.store(true, Ordering::Release);
     let emit_to_durable = collector.await.unwrap_or_default();
     runner.shutdown(Duration::from_secs(5)).await;
-    journal.close();
+    // Joins the writer thread, which on PostgreSQL waits on this runtime: off its workers.
+    let closing = journal.clone();
+    tokio::task::spawn_blocking(move || closing.close()).await?;
     let events = (after.get("turnstream_events_appended_total")
         - before.get("turnstream_events_appended_total")) as u64;
     let lat = bucket_delta(&before, &after, "turnstream_append_latency_seconds");
@@ -307,8 +322,12 @@ const WORDS_PER_MESSAGE: usize = 320;
 
 /// `sessions` sessions, each with one SSE reader, each posting `messages` `/echo` messages of
 /// 200-byte words; the committed-event rate comes from the server's own counter.
-pub async fn over_http(sessions: usize, messages: usize) -> Result<OverHttp> {
-    let sys = Arc::new(System::turnstream(&[]).await?);
+pub async fn over_http(
+    database_url: Option<&str>,
+    sessions: usize,
+    messages: usize,
+) -> Result<OverHttp> {
+    let sys = Arc::new(System::turnstream_on(database_url, &[]).await?);
     let word = format!("{} ", "w".repeat(PAYLOAD_BYTES - 1));
     let content = format!("/echo {}", word.repeat(WORDS_PER_MESSAGE));
     let delivered = Arc::new(AtomicU64::new(0));

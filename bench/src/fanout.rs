@@ -21,6 +21,8 @@ pub struct Fanout {
     /// Deliveries expected but not seen before the deadline.
     pub missing: u64,
     pub failed_publishes: u64,
+    /// Why the first failed publish failed.
+    pub first_failure: Option<String>,
     /// Server CPU (all its threads) over the publishing window, in % of one core.
     pub server_cpu_pct: f64,
 }
@@ -38,6 +40,21 @@ pub async fn run(
     messages: usize,
     rate: f64,
 ) -> Result<Fanout> {
+    across(sys.clone(), sys, streams, subs, messages, rate).await
+}
+
+/// [`run`] with the messages published on `publisher` and read from `readers`: two nodes of one
+/// PostgreSQL journal (or the same system twice). Server CPU counts both when they differ.
+pub async fn across(
+    publisher: Arc<System>,
+    sys: Arc<System>,
+    streams: usize,
+    subs: usize,
+    messages: usize,
+    rate: f64,
+) -> Result<Fanout> {
+    let two = !Arc::ptr_eq(&publisher, &sys);
+    let cpu = || sys.cpu_secs() + if two { publisher.cpu_secs() } else { 0.0 };
     let names: Vec<String> = (0..streams).map(|i| format!("f{i}")).collect();
     for n in &names {
         sys.prepare(n).await?;
@@ -86,13 +103,13 @@ pub async fn run(
     // Let the streams' first bytes (prelude, replay of nothing) settle before timing.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let cpu0 = sys.cpu_secs();
+    let cpu0 = cpu();
     let t0 = Instant::now();
     let mut posts = Vec::with_capacity(messages);
     for m in 0..messages {
         let at = t0 + Duration::from_secs_f64(m as f64 / rate);
         tokio::time::sleep_until(at.into()).await;
-        let sys = sys.clone();
+        let sys = publisher.clone();
         let name = names[m % streams].clone();
         // Open loop: each publish runs on its own so a slow one does not delay the next.
         posts.push(tokio::spawn(async move {
@@ -100,10 +117,15 @@ pub async fn run(
         }));
     }
     let mut failed_publishes = 0;
+    let mut first_failure = None;
     for p in posts {
-        if !matches!(p.await, Ok(Ok(()))) {
-            failed_publishes += 1;
-        }
+        let why = match p.await {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(e) => format!("publish task: {e}"),
+        };
+        failed_publishes += 1;
+        first_failure.get_or_insert(why);
     }
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     let mut samples = Samples::default();
@@ -122,7 +144,7 @@ pub async fn run(
             all.await
         }
     };
-    let server_cpu_pct = 100.0 * (sys.cpu_secs() - cpu0) / t0.elapsed().as_secs_f64();
+    let server_cpu_pct = 100.0 * (cpu() - cpu0) / t0.elapsed().as_secs_f64();
     for r in results {
         let (s, miss) = r.map_err(|e| anyhow!("reader task: {e}"))?;
         samples.extend(s);
@@ -133,6 +155,7 @@ pub async fn run(
         samples,
         missing,
         failed_publishes,
+        first_failure,
         server_cpu_pct,
     })
 }

@@ -8,6 +8,7 @@ mod fanout;
 mod h2client;
 mod idle;
 mod peers;
+mod pg;
 mod procs;
 mod prom;
 mod rawhttp;

@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::peers::{self, Avail};
+use crate::pg::{self, RawMode};
 use crate::stats::{dur_ms, ms, thousands, Samples};
 use crate::systems::{Kind, System};
 use crate::{append, compare, fanout, h2client, idle, refresh, replay, tabs, Figure, Opts};
@@ -53,6 +54,18 @@ pub struct Sizes {
     pub compare_rate: f64,
     /// Tab counts of figure 7, one browser context each.
     pub tabs: Vec<usize>,
+    /// PostgreSQL: producers × events each of the in-process append run.
+    pub pg_append_sessions: u64,
+    pub pg_append_events: u64,
+    /// PostgreSQL: paced turns of the latency run, each one delta every this many µs.
+    pub pg_latency_sessions: u64,
+    pub pg_latency_pace_us: u64,
+    pub pg_http_sessions: usize,
+    pub pg_http_messages: usize,
+    /// How many of the `fanout` cases (the first ones) also run on PostgreSQL, each on one node
+    /// and across two nodes.
+    pub pg_fanout_cases: usize,
+    pub pg_replay_missed: Vec<u64>,
 }
 
 impl Sizes {
@@ -79,6 +92,14 @@ impl Sizes {
                 compare_chunks: 300,
                 compare_rate: 300.0,
                 tabs: vec![1, 6],
+                pg_append_sessions: 8,
+                pg_append_events: 100,
+                pg_latency_sessions: 4,
+                pg_latency_pace_us: 4000,
+                pg_http_sessions: 4,
+                pg_http_messages: 1,
+                pg_fanout_cases: 2,
+                pg_replay_missed: vec![1000],
             }
         } else {
             Sizes {
@@ -102,6 +123,14 @@ impl Sizes {
                 compare_chunks: 2000,
                 compare_rate: 500.0,
                 tabs: vec![1, 6, 12, 20],
+                pg_append_sessions: 64,
+                pg_append_events: 300,
+                pg_latency_sessions: 20,
+                pg_latency_pace_us: 20_000,
+                pg_http_sessions: 32,
+                pg_http_messages: 1,
+                pg_fanout_cases: 4,
+                pg_replay_missed: vec![1000, 10_000],
             }
         }
     }
@@ -162,14 +191,34 @@ pub async fn run_figures(opts: &Opts, figures: &[Figure], fds: u64) -> Result<()
     let machine_before = machine();
     let peers = Peers::setup(opts);
     eprintln!("open-file limit: {fds}");
+    // The PostgreSQL rows (figures 1, 2 and 4), or the one line that says why there are none.
+    let pg_line;
+    let pg = match pg::admin_url() {
+        Ok(url) => match pg::describe(&url).await {
+            Ok(d) => {
+                pg_line = format!("PostgreSQL rows: {d}");
+                Some(url)
+            }
+            Err(e) => {
+                pg_line = format!("PostgreSQL rows skipped: cannot reach {}: {e:#}", pg::ENV);
+                None
+            }
+        },
+        Err(why) => {
+            pg_line = why;
+            None
+        }
+    };
+    eprintln!("{pg_line}");
+    let pg = pg.as_deref();
     let mut rows: Vec<Row> = Vec::new();
     for f in figures {
         eprintln!("== figure {f:?}");
         match f {
-            Figure::Append => figure_append(&sizes, &mut rows).await?,
-            Figure::Fanout => figure_fanout(&sizes, &peers, &mut rows).await,
+            Figure::Append => figure_append(&sizes, pg, &mut rows).await?,
+            Figure::Fanout => figure_fanout(&sizes, &peers, pg, &mut rows).await,
             Figure::Idle => figure_idle(&sizes, &peers, fds, &mut rows).await,
-            Figure::Replay => figure_replay(&sizes, &peers, &mut rows).await,
+            Figure::Replay => figure_replay(&sizes, &peers, pg, &mut rows).await,
             Figure::Refresh => refresh::figure(&sizes, &mut rows).await,
             Figure::Compare => compare::figure(&sizes, &peers, &mut rows).await,
             Figure::Tabs => tabs::figure(&sizes, &mut rows).await,
@@ -185,8 +234,18 @@ pub async fn run_figures(opts: &Opts, figures: &[Figure], fds: u64) -> Result<()
         started.elapsed().as_secs_f64()
     );
     let _ = writeln!(doc, "Machine: {machine_before}\n");
+    let pg_figures = figures
+        .iter()
+        .any(|f| matches!(f, Figure::Append | Figure::Fanout | Figure::Replay));
+    if pg_figures {
+        let _ = writeln!(doc, "{pg_line}\n");
+        println!("{pg_line}\n");
+    }
     doc.push_str(&table);
     println!("{table}");
+    if let Some(url) = pg {
+        pg::drop_created(url).await;
+    }
     let out = match &opts.out {
         Some(p) => p.clone(),
         None => crate::procs::bench_dir()?.join("results.md"),
@@ -257,12 +316,12 @@ fn ratio(ours: f64, theirs: f64) -> String {
     }
 }
 
-async fn figure_append(sizes: &Sizes, rows: &mut Vec<Row>) -> Result<()> {
+async fn figure_append(sizes: &Sizes, pg: Option<&str>, rows: &mut Vec<Row>) -> Result<()> {
     eprintln!(
         "journal path: {} producers × {} events",
         sizes.append_sessions, sizes.append_events
     );
-    let tp = append::in_process(sizes.append_sessions, sizes.append_events, 0).await?;
+    let tp = append::in_process(None, sizes.append_sessions, sizes.append_events, 0).await?;
     let batch = tp.mean_batch.round().max(1.0) as usize;
     // The ceiling runs on this thread, off the async workers (it blocks for seconds).
     let dir = tp.dir.path().to_path_buf();
@@ -313,8 +372,10 @@ async fn figure_append(sizes: &Sizes, rows: &mut Vec<Row>) -> Result<()> {
         ),
         "≥ 100,000/s",
     );
-    match append::over_http(sizes.http_sessions, sizes.http_messages).await {
+    let mut http_rate = f64::NAN;
+    match append::over_http(None, sizes.http_sessions, sizes.http_messages).await {
         Ok(h) => {
+            http_rate = h.rate();
             r.ours = format!(
                 "{}/s ({} events in {:.2} s; {} delivered over SSE)",
                 thousands(h.rate()),
@@ -335,7 +396,7 @@ async fn figure_append(sizes: &Sizes, rows: &mut Vec<Row>) -> Result<()> {
     let per_session = 1000 * sizes.latency_secs;
     let pace_us = 1_000_000 * sizes.latency_sessions / 20_000;
     eprintln!("latency at 20k/s offered");
-    let mut lat = append::in_process(sizes.latency_sessions, per_session, pace_us).await?;
+    let mut lat = append::in_process(None, sizes.latency_sessions, per_session, pace_us).await?;
     let mut r = Row::new(
         format!(
             "1. enqueue-to-durable latency p50 / p99 at {} events/s offered ({} paced turns)",
@@ -360,15 +421,284 @@ async fn figure_append(sizes: &Sizes, rows: &mut Vec<Row>) -> Result<()> {
         hist(lat.hist_p50_p99.1)
     ));
     rows.push(r);
+    if let Some(url) = pg {
+        pg_append(sizes, url, tp.rate(), http_rate, rows).await;
+    }
     Ok(())
+}
+
+/// A cell for a PostgreSQL measurement that could not be made.
+fn failed(e: anyhow::Error) -> String {
+    format!("failed: {e:#}")
+}
+
+/// Figure 1 on PostgreSQL, next to the SQLite figures of the same run.
+async fn pg_append(
+    sizes: &Sizes,
+    admin: &str,
+    sqlite_rate: f64,
+    sqlite_http_rate: f64,
+    rows: &mut Vec<Row>,
+) {
+    let mut r = Row::new(
+        format!(
+            "1. PostgreSQL: durable append, events/s (200 B payloads; server's runner + journal writer in process, {} concurrent turns × {} events)",
+            sizes.pg_append_sessions, sizes.pg_append_events
+        ),
+        "—",
+    );
+    eprintln!(
+        "PostgreSQL journal path: {} producers × {} events",
+        sizes.pg_append_sessions, sizes.pg_append_events
+    );
+    let run = async {
+        let url = pg::fresh_database(admin, "append").await?;
+        let tp = append::in_process(
+            Some(&url),
+            sizes.pg_append_sessions,
+            sizes.pg_append_events,
+            0,
+        )
+        .await?;
+        anyhow::Ok((url, tp))
+    };
+    match run.await {
+        Err(e) => r.ours = failed(e),
+        Ok((url, tp)) => {
+            let batch = tp.mean_batch.round().max(1.0) as usize;
+            r.ours = format!(
+                "{}/s ({} events in {:.2} s, mean group commit {:.0} writes; writer thread {:.1} µs CPU/event, busy {:.0}%)",
+                thousands(tp.rate()),
+                thousands(tp.events as f64),
+                tp.secs,
+                tp.mean_batch,
+                1e6 * tp.writer_cpu / tp.events.max(1) as f64,
+                100.0 * tp.writer_cpu / tp.secs
+            );
+            r.comparisons
+                .push(format!("SQLite, same run: {}/s", thousands(sqlite_rate)));
+            r.ratio = format!("{:.2}× SQLite", tp.rate() / sqlite_rate);
+            for (mode, what) in [
+                (
+                    RawMode::RowByRow,
+                    "one INSERT round trip per row, as the writer does",
+                ),
+                (
+                    RawMode::Savepoints,
+                    "plus SAVEPOINT/RELEASE round trips per row, as the writer does per job",
+                ),
+                (RawMode::MultiRow, "one multi-row INSERT per commit instead"),
+            ] {
+                eprintln!("raw PostgreSQL: {mode:?}, {batch} rows/commit");
+                let raw = async {
+                    // The journal's own schema, created by the journal, then left empty.
+                    let into = pg::fresh_database(admin, "raw").await?;
+                    let j = turnstream_server::journal::Journal::open_database(
+                        &turnstream_server::journal::Database::Postgres(into.clone()),
+                        std::sync::Arc::new(turnstream_server::metrics::Metrics::default()),
+                        turnstream_server::journal::JournalOptions::default(),
+                    )
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot create the schema: {e}"))?;
+                    tokio::task::spawn_blocking(move || j.close()).await?;
+                    pg::raw_insert(&url, &into, batch, mode).await
+                };
+                r.comparisons.push(match raw.await {
+                    Ok(raw) => format!(
+                        "raw PostgreSQL, same rows and schema, counter row locked, {batch} rows/commit, {what}: {}/s",
+                        thousands(raw.rate())
+                    ),
+                    Err(e) => format!("raw PostgreSQL ({what}): {}", failed(e)),
+                });
+            }
+        }
+    }
+    rows.push(r);
+
+    eprintln!(
+        "PostgreSQL over HTTP: {} sessions × {} messages",
+        sizes.pg_http_sessions, sizes.pg_http_messages
+    );
+    let mut r = Row::new(
+        format!(
+            "1. PostgreSQL: durable append end to end over HTTP+SSE, events/s (`/echo` of 200 B words, {} sessions × {} message, one SSE reader each)",
+            sizes.pg_http_sessions, sizes.pg_http_messages
+        ),
+        "—",
+    );
+    let run = async {
+        let url = pg::fresh_database(admin, "http").await?;
+        append::over_http(Some(&url), sizes.pg_http_sessions, sizes.pg_http_messages).await
+    };
+    match run.await {
+        Ok(h) => {
+            r.ours = format!(
+                "{}/s ({} events in {:.2} s; {} delivered over SSE)",
+                thousands(h.rate()),
+                thousands(h.events as f64),
+                h.secs,
+                thousands(h.delivered as f64)
+            );
+            r.comparisons.push(format!(
+                "SQLite, same run ({} sessions × {} messages): {}/s",
+                sizes.http_sessions,
+                sizes.http_messages,
+                thousands(sqlite_http_rate)
+            ));
+            r.ratio = format!("{:.2}× SQLite", h.rate() / sqlite_http_rate);
+        }
+        Err(e) => r.ours = failed(e),
+    }
+    rows.push(r);
+
+    let per_session = 1_000_000 * sizes.latency_secs / sizes.pg_latency_pace_us;
+    let offered = sizes.pg_latency_sessions as f64 * 1e6 / sizes.pg_latency_pace_us as f64;
+    eprintln!("PostgreSQL latency at {offered}/s offered");
+    let mut r = Row::new(
+        format!(
+            "1. PostgreSQL: enqueue-to-durable latency p50 / p99 at {} events/s offered ({} paced turns)",
+            thousands(offered),
+            sizes.pg_latency_sessions
+        ),
+        "—",
+    );
+    let run = async {
+        let url = pg::fresh_database(admin, "latency").await?;
+        append::in_process(
+            Some(&url),
+            sizes.pg_latency_sessions,
+            per_session,
+            sizes.pg_latency_pace_us,
+        )
+        .await
+    };
+    let hist = |v: Option<f64>| {
+        v.map(|s| ms((s * 1e6) as u64))
+            .unwrap_or_else(|| "?".into())
+    };
+    match run.await {
+        Ok(mut lat) => {
+            r.ours = format!(
+                "{} (agent emit → committed and read back by the tail into the hub, {} samples; achieved {}/s)",
+                lat.emit_to_durable.p50_p99(),
+                thousands(lat.emit_to_durable.len() as f64),
+                thousands(lat.rate())
+            );
+            let pg_p99 = p99(&mut lat.emit_to_durable);
+            let mut sqlite = match append::in_process(
+                None,
+                sizes.pg_latency_sessions,
+                per_session,
+                sizes.pg_latency_pace_us,
+            )
+            .await
+            {
+                Ok(mut s) => {
+                    r.ratio = format!("{:.2}× SQLite (p99)", pg_p99 / p99(&mut s.emit_to_durable));
+                    format!(
+                        "SQLite, same run, same offered rate: {}",
+                        s.emit_to_durable.p50_p99()
+                    )
+                }
+                Err(e) => format!("SQLite, same offered rate: {}", failed(e)),
+            };
+            let _ = write!(
+                sqlite,
+                "; server histogram on PostgreSQL (enqueue → commit, bucket-interpolated): {} / {} ms",
+                hist(lat.hist_p50_p99.0),
+                hist(lat.hist_p50_p99.1)
+            );
+            r.comparisons.push(sqlite);
+        }
+        Err(e) => r.ours = failed(e),
+    }
+    rows.push(r);
 }
 
 fn p99(s: &mut Samples) -> f64 {
     s.pct(99.0).map(|v| v as f64).unwrap_or(f64::NAN)
 }
 
-async fn figure_fanout(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
-    for &(streams, subs, messages, rate) in &sizes.fanout {
+/// One fan-out measurement as a cell, and its p99 (µs).
+fn fanout_cell(r: Result<fanout::Fanout>) -> (String, f64) {
+    match r {
+        Ok(mut f) => {
+            let p = p99(&mut f.samples);
+            let mut c = format!(
+                "{} (server CPU {:.0}%)",
+                f.samples.p50_p99(),
+                f.server_cpu_pct
+            );
+            if f.missing > 0 || f.failed_publishes > 0 {
+                let _ = write!(
+                    c,
+                    " ({} deliveries missing, {} publishes failed",
+                    f.missing, f.failed_publishes
+                );
+                if let Some(why) = &f.first_failure {
+                    let _ = write!(c, ", the first: {why}");
+                }
+                c.push(')');
+            }
+            (c, p)
+        }
+        Err(e) => (failed(e), f64::NAN),
+    }
+}
+
+/// Figure 2 on PostgreSQL: one node, then publish on node A and read on node B of one database.
+async fn pg_fanout(
+    admin: &str,
+    case: (usize, usize, usize, f64),
+    label: &str,
+    sqlite: Option<&(String, f64)>,
+    rows: &mut Vec<Row>,
+) {
+    let (streams, subs, messages, rate) = case;
+    let sqlite_cell = |r: &mut Row| {
+        if let Some((cell, _)) = sqlite {
+            r.comparisons.push(format!("SQLite, same run: {cell}"));
+        }
+    };
+    let sqlite_p99 = sqlite.map_or(f64::NAN, |(_, p)| *p);
+    eprintln!("fan-out {label}: PostgreSQL, one node");
+    let one = async {
+        let url = pg::fresh_database(admin, "fanout").await?;
+        let sys = Arc::new(System::turnstream_on(Some(&url), &[]).await?);
+        fanout::run(sys, streams, subs, messages, rate).await
+    };
+    let (one_cell, one_p99) = fanout_cell(one.await);
+    let mut r = Row::new(
+        format!("2. PostgreSQL, one node: publish-to-browser latency p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each)"),
+        "—",
+    );
+    r.ours = one_cell.clone();
+    sqlite_cell(&mut r);
+    r.ratio = ratio(one_p99, sqlite_p99);
+    rows.push(r);
+
+    eprintln!("fan-out {label}: PostgreSQL, across two nodes");
+    let across = async {
+        let url = pg::fresh_database(admin, "nodes").await?;
+        let a = Arc::new(System::turnstream_on(Some(&url), &[]).await?);
+        let b = Arc::new(System::turnstream_on(Some(&url), &[]).await?);
+        fanout::across(a, b, streams, subs, messages, rate).await
+    };
+    let (cell, p) = fanout_cell(across.await);
+    let mut r = Row::new(
+        format!("2. PostgreSQL, across nodes: published on node A, read on node B (two servers, one database), p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each)"),
+        "p99 ≤ 50 ms",
+    );
+    r.ours = cell.replacen("(server CPU ", "(server CPU of both nodes ", 1);
+    sqlite_cell(&mut r);
+    r.comparisons
+        .push(format!("PostgreSQL one node, same run: {one_cell}"));
+    r.ratio = ratio(p, sqlite_p99);
+    rows.push(r);
+}
+
+async fn figure_fanout(sizes: &Sizes, peers: &Peers, pg: Option<&str>, rows: &mut Vec<Row>) {
+    for (case, &(streams, subs, messages, rate)) in sizes.fanout.iter().enumerate() {
         let label = if streams == 1 {
             format!(
                 "{subs} subscriber{} of one session",
@@ -386,35 +716,21 @@ async fn figure_fanout(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
             format!("2. publish-to-browser latency p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each)"),
             target,
         );
-        let mut ours_p99 = f64::NAN;
+        let mut ours = None;
         for kind in std::iter::once(Kind::Turnstream).chain(PEERS) {
             eprintln!("fan-out {label}: {kind}");
             let cell = match start(kind, peers).await {
                 Err(why) => why,
-                Ok(sys) => match fanout::run(sys.clone(), streams, subs, messages, rate).await {
-                    Ok(mut f) => {
-                        let p = p99(&mut f.samples);
-                        if kind == Kind::Turnstream {
-                            ours_p99 = p;
-                        } else if kind == Kind::Ring {
-                            r.ratio = ratio(ours_p99, p);
-                        }
-                        let mut c = format!(
-                            "{} (server CPU {:.0}%)",
-                            f.samples.p50_p99(),
-                            f.server_cpu_pct
-                        );
-                        if f.missing > 0 || f.failed_publishes > 0 {
-                            let _ = write!(
-                                c,
-                                " ({} deliveries missing, {} publishes failed)",
-                                f.missing, f.failed_publishes
-                            );
-                        }
-                        c
+                Ok(sys) => {
+                    let (c, p) =
+                        fanout_cell(fanout::run(sys.clone(), streams, subs, messages, rate).await);
+                    if kind == Kind::Turnstream {
+                        ours = Some((c.clone(), p));
+                    } else if kind == Kind::Ring {
+                        r.ratio = ratio(ours.as_ref().map_or(f64::NAN, |o| o.1), p);
                     }
-                    Err(e) => format!("failed: {e:#}"),
-                },
+                    c
+                }
             };
             if kind == Kind::Turnstream {
                 r.ours = cell;
@@ -423,6 +739,10 @@ async fn figure_fanout(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
             }
         }
         rows.push(r);
+        if let (Some(url), true) = (pg, case < sizes.pg_fanout_cases) {
+            let case = (streams, subs, messages, rate);
+            pg_fanout(url, case, &label, ours.as_ref(), rows).await;
+        }
     }
 }
 
@@ -557,7 +877,7 @@ fn idle_cells(i: &mut idle::Idle) -> (String, String) {
     )
 }
 
-async fn figure_replay(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
+async fn figure_replay(sizes: &Sizes, peers: &Peers, pg: Option<&str>, rows: &mut Vec<Row>) {
     let mut out: Vec<Row> = sizes
         .replay_missed
         .iter()
@@ -642,5 +962,98 @@ async fn figure_replay(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
             }
         }
     }
+    let sqlite: Vec<(u64, String, f64)> = sizes
+        .replay_missed
+        .iter()
+        .zip(&out)
+        .zip(&ours)
+        .map(|((n, row), p50)| (*n, row.ours.clone(), *p50))
+        .collect();
     rows.extend(out);
+    if let Some(url) = pg {
+        pg_replay(sizes, url, &sqlite, rows).await;
+    }
+}
+
+/// Figure 4 on PostgreSQL. `sqlite`: (missed, cell, p50 µs) of the same run.
+async fn pg_replay(sizes: &Sizes, admin: &str, sqlite: &[(u64, String, f64)], rows: &mut Vec<Row>) {
+    // With the server's replay tail (recent frames in memory, the default), and without it, so
+    // that every page is read from the journal.
+    let run = |cache_off: bool| async move {
+        eprintln!(
+            "replay: PostgreSQL{}",
+            if cache_off {
+                ", --replay-cache-mb 0"
+            } else {
+                ""
+            }
+        );
+        let (upstream, _, task) = crate::upstream::start().await?;
+        let r = async {
+            let url = pg::fresh_database(admin, "replay").await?;
+            let mut flags = vec!["--agent", "openai", "--openai-base-url", &upstream];
+            if cache_off {
+                flags.extend(["--replay-cache-mb", "0"]);
+            }
+            let sys = System::turnstream_on(Some(&url), &flags).await?;
+            replay::run(Arc::new(sys), &sizes.pg_replay_missed, sizes.replay_reps).await
+        }
+        .await;
+        task.abort();
+        r
+    };
+    let results = run(false).await;
+    let uncached = run(true).await;
+    for n in &sizes.pg_replay_missed {
+        let mut row = Row::new(
+            format!(
+                "4. PostgreSQL: reconnect replay of {} missed events (200 B each), request to last byte, p50 (max) of {} runs",
+                thousands(*n as f64),
+                sizes.replay_reps
+            ),
+            "—",
+        );
+        let p50 = match &results {
+            Err(e) => {
+                row.ours = format!("failed: {e:#}");
+                f64::NAN
+            }
+            Ok(results) => match results.iter().find(|r| r.missed == *n) {
+                None => {
+                    row.ours = "no result".into();
+                    f64::NAN
+                }
+                Some(r) => {
+                    let mut s = r.samples.clone();
+                    let p50 = s.pct(50.0).unwrap_or(0);
+                    row.ours = format!(
+                        "{} ms ({} ms; {} events)",
+                        ms(p50),
+                        ms(s.pct(100.0).unwrap_or(0)),
+                        thousands(r.received as f64)
+                    );
+                    p50 as f64
+                }
+            },
+        };
+        if let Some((_, cell, sqlite_p50)) = sqlite.iter().find(|s| s.0 == *n) {
+            row.comparisons.push(format!("SQLite, same run: {cell}"));
+            row.ratio = ratio(p50, *sqlite_p50);
+        }
+        row.comparisons.push(match &uncached {
+            Err(e) => format!("PostgreSQL, `--replay-cache-mb 0`: failed: {e:#}"),
+            Ok(results) => match results.iter().find(|r| r.missed == *n) {
+                None => "PostgreSQL, `--replay-cache-mb 0`: no result".into(),
+                Some(r) => {
+                    let mut s = r.samples.clone();
+                    format!(
+                        "PostgreSQL, `--replay-cache-mb 0` (every page read from the journal): {} ms ({} ms)",
+                        ms(s.pct(50.0).unwrap_or(0)),
+                        ms(s.pct(100.0).unwrap_or(0)),
+                    )
+                }
+            },
+        });
+        rows.push(row);
+    }
 }

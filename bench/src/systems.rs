@@ -88,35 +88,43 @@ impl System {
     /// Starts turnstream's release binary with the demo agent and no artificial delays, plus
     /// `extra` flags.
     pub async fn turnstream(extra: &[&str]) -> Result<System> {
-        Self::turnstream_with(extra, None).await
+        Self::turnstream_with(None, extra, None).await
+    }
+
+    /// [`System::turnstream`] on the PostgreSQL database at `database_url` (`None`: a fresh
+    /// SQLite file). Several systems started on one URL share the journal (a cluster).
+    pub async fn turnstream_on(database_url: Option<&str>, extra: &[&str]) -> Result<System> {
+        Self::turnstream_with(database_url, extra, None).await
     }
 
     /// [`System::turnstream`] serving HTTPS with a fresh self-signed certificate; its streams
     /// are read over HTTP/2, laid onto TLS connections as `mode` says.
     pub async fn turnstream_h2(mode: h2client::Mode) -> Result<System> {
-        Self::turnstream_with(&[], Some(mode)).await
+        Self::turnstream_with(None, &[], Some(mode)).await
     }
 
-    async fn turnstream_with(extra: &[&str], h2: Option<h2client::Mode>) -> Result<System> {
+    async fn turnstream_with(
+        database_url: Option<&str>,
+        extra: &[&str],
+        h2: Option<h2client::Mode>,
+    ) -> Result<System> {
         let bin = procs::turnstream_binary()?;
         let dir = procs::scratch_dir("turnstream-")?;
         let mut cmd = Command::new(bin);
+        cmd.arg("serve");
         if h2.is_some() {
             let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
             let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
             std::fs::write(&cert, ck.cert.pem())?;
             std::fs::write(&key, ck.signing_key.serialize_pem())?;
-            cmd.arg("serve")
-                .arg("--tls-cert")
-                .arg(&cert)
-                .arg("--tls-key")
-                .arg(&key);
-        } else {
-            cmd.arg("serve");
+            cmd.arg("--tls-cert").arg(&cert).arg("--tls-key").arg(&key);
         }
-        cmd.args(["--listen", "127.0.0.1:0", "--db"])
-            .arg(dir.path().join("ts.db"))
-            .args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
+        cmd.args(["--listen", "127.0.0.1:0", "--db"]);
+        match database_url {
+            Some(url) => cmd.arg(url),
+            None => cmd.arg(dir.path().join("ts.db")),
+        };
+        cmd.args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
             // Every bench client is on loopback: thousands of connections from one address, so
             // the per-address and per-client limits are off.
             .args([
@@ -132,7 +140,16 @@ impl System {
             Some(_) => ("https://", tls_client()?),
             None => ("http://", client()?),
         };
-        let proc = procs::spawn("turnstream", cmd, &log_path("turnstream")?, ready, None)?;
+        // Nodes of one PostgreSQL database run side by side: each keeps a log of its own.
+        let log = match database_url {
+            None => log_path("turnstream")?,
+            Some(_) => {
+                static NODE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = NODE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                log_path(&format!("turnstream-pg-{n}"))?
+            }
+        };
+        let proc = procs::spawn("turnstream", cmd, &log, ready, None)?;
         let h2 = match h2 {
             Some(mode) => Some(H2Client::new(&proc.url, mode)?),
             None => None,
@@ -326,7 +343,10 @@ impl System {
         };
         let res = req.send().await?;
         if !res.status().is_success() {
-            bail!("{}: publish to {stream}: {}", self.kind, res.status());
+            let status = res.status();
+            let body = res.text().await.unwrap_or_default();
+            let body: String = body.chars().take(200).collect();
+            bail!("{}: publish to {stream}: {status} {body}", self.kind);
         }
         Ok(())
     }
