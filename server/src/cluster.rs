@@ -1,7 +1,8 @@
 //! What a server does when it shares its journal with other servers (PostgreSQL): it runs each
 //! turn under a lease it renews while the turn runs, and it sweeps: it ends `interrupted` the
 //! turns whose lease ran out (their server was killed or cut off) and starts the sessions whose
-//! next turn waits with no turn running (their server is gone, or it lost a race).
+//! next turn waits with no turn running (their server is gone, or it lost a race). With
+//! `--agent worker` the same sweep ends the turns of workers that went silent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +15,11 @@ use crate::runner::Runner;
 /// How often a server sweeps: the delay before a vanished server's queued turns start elsewhere
 /// (its running turns end once their lease runs out, at most a lease later).
 pub const SWEEP_EVERY: Duration = Duration::from_millis(500);
+
+/// How often a server with workers sweeps: how late past its expiry a silent worker's turn may
+/// end (a request on it ends it at once), and, on a shared journal, how late a claim waiting here
+/// hears of a turn queued through another server.
+pub const WORKER_SWEEP_EVERY: Duration = Duration::from_millis(250);
 
 /// This server, as the leases it holds name it.
 #[derive(Debug, Clone)]
@@ -74,22 +80,40 @@ pub async fn keep_lease(
     }
 }
 
-/// Sweeps until `stopping`: see the module's doc.
-pub async fn sweep(journal: Journal, runner: Arc<Runner>, stopping: CancellationToken) {
-    let mut tick = tokio::time::interval(SWEEP_EVERY);
+/// Sweeps every `every` until `stopping`: ends `interrupted` the turns whose lease ran out (a
+/// worker or a server stopped renewing it), then, when that freed a session or the journal is
+/// shared (turns are queued and sessions freed through other servers too), kicks the sessions
+/// whose next turn waits with no turn running: this server starts it, or, with workers, waiting
+/// claims look again.
+pub async fn sweep(
+    journal: Journal,
+    runner: Arc<Runner>,
+    every: Duration,
+    stopping: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stopping.cancelled() => return,
         }
-        match journal.expire_leases(now_ms()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(
-                turns = n,
-                "turn leases expired (their server stopped renewing them); the turns ended interrupted"
-            ),
-            Err(e) => tracing::warn!(error = %e, "cannot end turns with expired leases"),
+        let expired = match journal.expire_leases(now_ms()).await {
+            Ok(0) => 0,
+            Ok(n) => {
+                tracing::warn!(
+                    turns = n,
+                    "turn leases expired (their worker or server stopped renewing them); the turns ended interrupted"
+                );
+                n
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot end turns with expired leases");
+                0
+            }
+        };
+        if expired == 0 && !journal.is_shared() {
+            continue;
         }
         match journal.sessions_waiting().await {
             Ok(sessions) => {

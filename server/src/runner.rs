@@ -181,11 +181,12 @@ impl Runner {
         }
         // A worker's turn ends once its lease is over, here or on a later sweep; without
         // workers, nothing will renew a lease left by an earlier run.
-        if let Some(dispatch) = &self.workers {
+        if self.workers.is_some() {
             self.journal.expire_leases(crate::journal::now_ms()).await?;
-            self.tasks.spawn(crate::worker::sweep_leases(
+            self.tasks.spawn(crate::cluster::sweep(
                 self.journal.clone(),
-                dispatch.clone(),
+                self.clone(),
+                crate::cluster::WORKER_SWEEP_EVERY,
                 self.stopping.clone(),
             ));
             return Ok(());
@@ -196,6 +197,7 @@ impl Runner {
             self.tasks.spawn(crate::cluster::sweep(
                 self.journal.clone(),
                 self.clone(),
+                crate::cluster::SWEEP_EVERY,
                 self.stopping.clone(),
             ));
         } else {

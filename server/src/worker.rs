@@ -1,21 +1,15 @@
 //! Turns run by worker processes (`--agent worker`): the runner starts no agent; workers claim
 //! queued turns over HTTP under a lease (see [`crate::lease`]). This owns what the runner does
-//! for them: waking waiting claims, coalescing a worker's events as a built-in agent's output
-//! is, and ending turns whose lease ran out.
+//! for them: waking waiting claims and coalescing a worker's events as a built-in agent's
+//! output is. Turns whose lease ran out are ended by the sweep of [`crate::cluster`].
 
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 use turnstream_protocol::worker::WorkerEvent;
 use turnstream_protocol::EventBody;
 
-use crate::journal::{now_ms, Journal};
 use crate::runner::split_delta;
-
-/// How often expired leases are looked for: how late past its expiry a silent worker's turn
-/// may end (a request on it ends it at once).
-const SWEEP_EVERY: Duration = Duration::from_millis(250);
 
 /// Worker mode's shared state.
 #[derive(Debug)]
@@ -86,43 +80,6 @@ pub fn coalesce(events: Vec<WorkerEvent>) -> Vec<EventBody> {
     }
     flush(&mut pending, &mut out);
     out
-}
-
-/// Ends `interrupted` the turns whose lease ran out, until `stopping`; on a shared journal, also
-/// wakes waiting claims for turns that became claimable through another server.
-pub(crate) async fn sweep_leases(
-    journal: Journal,
-    dispatch: std::sync::Arc<Dispatch>,
-    stopping: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(SWEEP_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stopping.cancelled() => return,
-        }
-        match journal.expire_leases(now_ms()).await {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::warn!(
-                    turns = n,
-                    "worker leases expired; their turns ended interrupted"
-                );
-                dispatch.notify();
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot end turns with expired leases"),
-        }
-        // On a shared journal a turn may be queued, or a session freed, through another
-        // server: claims waiting here look again when some session has a claimable turn.
-        if journal.is_shared() {
-            match journal.sessions_waiting().await {
-                Ok(sessions) if !sessions.is_empty() => dispatch.notify(),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot look for waiting sessions"),
-            }
-        }
-    }
 }
 
 #[cfg(test)]

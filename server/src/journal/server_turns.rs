@@ -14,7 +14,7 @@ use turnstream_protocol::{EventBody, Message, TurnState};
 
 use super::sql::{params, Sql};
 use super::store::{end_turn_in, turn_by_id};
-use super::Journal;
+use super::{Journal, WriteCtx};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 
@@ -27,6 +27,37 @@ pub enum Claim {
     NotQueued,
     /// Another turn of the session is running, or an older one is queued: not this one's turn.
     Busy,
+}
+
+/// Starts queued turn `turn_id` under a new lease for `owner` (a worker or a server): journals
+/// `turn_started` and marks the turn `running` with the lease. The one way a leased turn starts.
+pub(super) fn start_leased(
+    ctx: &mut WriteCtx<'_>,
+    session_id: &str,
+    turn_id: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Lease> {
+    let lease = Lease::grant(owner, ttl, ctx.now);
+    let seq = ctx.append(session_id, Some(turn_id), |_| EventBody::TurnStarted {})?;
+    let n = ctx.conn.execute(
+        "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
+             lease_token = ?4, lease_owner = ?5, lease_expires_at = ?6, worker_seq = ?7
+         WHERE turn_id = ?1 AND state = 'queued'",
+        params![
+            turn_id,
+            ctx.now,
+            seq,
+            &lease.token,
+            &lease.owner,
+            lease.expires_at,
+            NO_SEQ
+        ],
+    )?;
+    if n != 1 {
+        return Err(Error::Corrupt("turn changed state during claim".into()));
+    }
+    Ok(lease)
 }
 
 /// Whether `token` holds the running turn's lease now.
@@ -62,27 +93,7 @@ impl Journal {
             if first.first() != Some(&turn_id) {
                 return Ok(Claim::Busy);
             }
-            let lease = Lease::grant(&owner, ttl, ctx.now);
-            let seq = ctx.append(&turn.session_id, Some(&turn_id), |_| {
-                EventBody::TurnStarted {}
-            })?;
-            let n = ctx.conn.execute(
-                "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
-                     lease_token = ?4, lease_owner = ?5, lease_expires_at = ?6, worker_seq = ?7
-                 WHERE turn_id = ?1 AND state = 'queued'",
-                params![
-                    &turn_id,
-                    ctx.now,
-                    seq,
-                    &lease.token,
-                    &lease.owner,
-                    lease.expires_at,
-                    NO_SEQ
-                ],
-            )?;
-            if n != 1 {
-                return Err(Error::Corrupt("turn changed state during claim".into()));
-            }
+            let lease = start_leased(ctx, &turn.session_id, &turn_id, &owner, ttl)?;
             Ok(Claim::Started(lease))
         })
         .await

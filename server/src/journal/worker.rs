@@ -3,9 +3,9 @@
 //! and ending turns, fenced by the lease token. Every check and change of one request is one
 //! write transaction, so racing requests (two claims, a cancel and a complete) are ordered.
 
-use turnstream_protocol::worker::NO_SEQ;
 use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
+use super::server_turns::start_leased;
 use super::sql::{params, Sql};
 use super::store::{end_turn_in, fold_turn, message_by_id, messages, turn_by_id, MESSAGE_COLUMNS};
 use super::{Journal, TurnRow, WriteCtx};
@@ -170,28 +170,7 @@ impl Journal {
                     let Some(mut turn) = turn_by_id(ctx.conn, &turn_id)? else {
                         continue;
                     };
-                    let lease = Lease::grant(&worker_id, ttl, ctx.now);
-                    let seq = ctx.append(&turn.session_id, Some(&turn_id), |_| {
-                        EventBody::TurnStarted {}
-                    })?;
-                    let n = ctx.conn.execute(
-                        "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
-                             lease_token = ?4, lease_owner = ?5, lease_expires_at = ?6,
-                             worker_seq = ?7
-                         WHERE turn_id = ?1 AND state = 'queued'",
-                        params![
-                            &turn_id,
-                            ctx.now,
-                            seq,
-                            &lease.token,
-                            &lease.owner,
-                            lease.expires_at,
-                            NO_SEQ
-                        ],
-                    )?;
-                    if n != 1 {
-                        return Err(Error::Corrupt("turn changed state during claim".into()));
-                    }
+                    let lease = start_leased(ctx, &turn.session_id, &turn_id, &worker_id, ttl)?;
                     turn.state = TurnState::Running;
                     turn.started_at = Some(ctx.now);
                     let user_message =
