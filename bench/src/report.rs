@@ -493,10 +493,14 @@ async fn pg_append(
                 let raw = async {
                     // The journal's own schema, created by the journal, then left empty.
                     let into = pg::fresh_database(admin, "raw").await?;
+                    let metrics =
+                        std::sync::Arc::new(turnstream_server::metrics::Metrics::default());
+                    let hub = turnstream_server::hub::Hub::with_metrics(metrics.clone());
                     let j = turnstream_server::journal::Journal::open_database(
                         &turnstream_server::journal::Database::Postgres(into.clone()),
-                        std::sync::Arc::new(turnstream_server::metrics::Metrics::default()),
+                        metrics,
                         turnstream_server::journal::JournalOptions::default(),
+                        turnstream_server::live::LiveFeed::new(hub),
                     )
                     .await
                     .map_err(|e| anyhow::anyhow!("cannot create the schema: {e}"))?;
