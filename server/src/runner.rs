@@ -543,12 +543,41 @@ impl Runner {
                 }
             }
         }
-        let after = self
+        let mut after = self
             .journal
             .turn(turn_id)
             .await?
             .map(|t| t.state)
             .unwrap_or(turn.state);
+        if !after.is_terminal() && self.node.is_some() {
+            // On a shared journal the turn may have moved meanwhile: claimed by another server
+            // while this one's runner, which had just tried to claim it too, held it briefly.
+            let ended = match after {
+                TurnState::Queued => self
+                    .journal
+                    .end_turn(
+                        turn_id,
+                        TurnState::Cancelled,
+                        String::new(),
+                        None,
+                        &[TurnState::Queued],
+                    )
+                    .await?
+                    .is_some(),
+                _ => {
+                    self.journal.is_leased(turn_id).await?
+                        && self
+                            .journal
+                            .end_leased_turn(turn_id, TurnState::Cancelled)
+                            .await?
+                }
+            };
+            if ended {
+                log_turn_end(&turn, TurnState::Cancelled);
+                lock(&self.clients).remove(turn_id);
+                after = TurnState::Cancelled;
+            }
+        }
         if !after.is_terminal() {
             if let Some(failing) = self.journal.write_health().failing() {
                 return Err(failing.to_error());
