@@ -298,8 +298,8 @@ impl Journal {
             Database::Sqlite(path) => return Self::open_with(path, metrics, options, fanout),
             Database::Postgres(url) => url,
         };
-        let config = postgres::config(url)?;
-        let pool = postgres::pool(url)?;
+        let target = postgres::target(url)?;
+        let pool = postgres::pool(&target)?;
         let epoch = postgres::migrate(&pool).await?;
         let rt = tokio::runtime::Handle::current();
         let head = {
@@ -311,7 +311,7 @@ impl Journal {
         let head = Arc::new(AtomicI64::new(head));
         let tail = postgres::Tail::start(
             pool.clone(),
-            config,
+            target,
             epoch.clone(),
             fanout.clone(),
             head.clone(),

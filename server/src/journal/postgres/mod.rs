@@ -8,8 +8,11 @@
 //! The journal's queries are the same as on SQLite (see [`super::sql`]); they run on blocking
 //! threads (the writer thread, or a read's `spawn_blocking`), which wait on the async client.
 
+mod connect;
 mod schema;
 mod tail;
+
+pub(in crate::journal) use connect::{target, Target};
 
 pub(super) use schema::migrate;
 pub use schema::SCHEMA_VERSION;
@@ -21,15 +24,13 @@ use bytes::BytesMut;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio::runtime::Handle;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
-use tokio_postgres::NoTls;
 
 use super::sql::{Backend, EventRow, Param, Row, Sql, Val};
 use crate::error::{Error, Result};
 
 /// Connections a server keeps to the database (reads, the writer, the tail).
 const POOL_SIZE: usize = 16;
-/// How long opening a connection may take before the request fails (and `/readyz` says 503).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use connect::CONNECT_TIMEOUT;
 
 /// The schema every table lives in (the connection's `search_path`).
 pub const SCHEMA: &str = "turnstream";
@@ -39,23 +40,11 @@ pub fn is_url(db: &str) -> bool {
     db.starts_with("postgres://") || db.starts_with("postgresql://")
 }
 
-/// The connection settings of `url`, with the journal's schema first on the search path.
-pub(super) fn config(url: &str) -> Result<tokio_postgres::Config> {
-    let mut cfg: tokio_postgres::Config = url
-        .parse()
-        .map_err(|e| Error::Config(format!("database URL: {e}")))?;
-    cfg.options(format!("-c search_path={SCHEMA}"))
-        .connect_timeout(CONNECT_TIMEOUT)
-        .keepalives(true)
-        .application_name("turnstream");
-    Ok(cfg)
-}
-
-/// A pool of connections to `url`.
-pub(super) fn pool(url: &str) -> Result<Pool> {
+/// A pool of connections to `target`.
+pub(super) fn pool(target: &Target) -> Result<Pool> {
     let manager = Manager::from_config(
-        config(url)?,
-        NoTls,
+        target.config.clone(),
+        target.tls.clone(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -316,10 +305,19 @@ pub(super) fn floor_notice(session_id: &str, floor: i64) -> String {
 /// down, gone, refusing the login or at its connection limit), the same request may succeed
 /// later.
 pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
-    Error::storage(
-        crate::error::StorageFault::Unavailable,
-        format!("cannot connect to the database: {e}"),
-    )
+    // The causes say what went wrong (a refused certificate, a password, an unknown host):
+    // deadpool's and tokio-postgres's own messages do not.
+    let mut message = format!("cannot connect to the database: {e}");
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    Error::storage(crate::error::StorageFault::Unavailable, message)
 }
 
 /// Read transactions on pooled connections.

@@ -19,9 +19,10 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use futures::StreamExt;
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
+use super::Target;
 use crate::journal::{Committed, FanOut};
 
 /// Longest a committed event waits for delivery when every wake-up was missed.
@@ -41,7 +42,7 @@ impl Tail {
     /// Starts tailing after `head` (the last id already delivered, or the head at start).
     pub(in crate::journal) fn start(
         pool: Pool,
-        config: tokio_postgres::Config,
+        target: Target,
         epoch: String,
         fanout: Arc<dyn FanOut>,
         head: Arc<AtomicI64>,
@@ -49,7 +50,7 @@ impl Tail {
         let wake = Arc::new(Notify::new());
         let stop = CancellationToken::new();
         tokio::spawn(listen(
-            config,
+            target,
             fanout.clone(),
             head.clone(),
             wake.clone(),
@@ -146,14 +147,14 @@ fn floor_raised(fanout: &dyn FanOut, payload: &str) {
 
 /// Holds a connection that `LISTEN`s for commits and wakes the tail on each notification.
 async fn listen(
-    config: tokio_postgres::Config,
+    target: Target,
     fanout: Arc<dyn FanOut>,
     head: Arc<AtomicI64>,
     wake: Arc<Notify>,
     stop: CancellationToken,
 ) {
     loop {
-        match config.connect(NoTls).await {
+        match target.config.connect(target.tls.clone()).await {
             Ok((client, mut connection)) => {
                 let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
                 // The connection makes progress only while its messages are polled: LISTEN
