@@ -179,29 +179,32 @@ impl Runner {
                 "recovered turns left running by a crash"
             );
         }
-        // A worker's turn ends once its lease is over, here or on a later sweep; without
-        // workers, nothing will renew a lease left by an earlier run.
-        if self.workers.is_some() {
-            self.journal.expire_leases(crate::journal::now_ms()).await?;
-            self.tasks.spawn(crate::cluster::sweep(
-                self.journal.clone(),
-                self.clone(),
-                crate::cluster::WORKER_SWEEP_EVERY,
-                self.stopping.clone(),
-            ));
-            return Ok(());
-        }
-        if self.node.is_some() {
-            // Other servers may be running turns: only leases that ran out are over.
-            self.journal.expire_leases(crate::journal::now_ms()).await?;
-            self.tasks.spawn(crate::cluster::sweep(
-                self.journal.clone(),
-                self.clone(),
-                crate::cluster::SWEEP_EVERY,
-                self.stopping.clone(),
-            ));
+        // A worker's turn ends once its lease is over, here or on a later sweep; so does one that
+        // another server ran on a shared journal. Without either, nothing will renew a lease left
+        // by an earlier run.
+        let sweep_every = if self.workers.is_some() {
+            Some(crate::cluster::WORKER_SWEEP_EVERY)
+        } else if self.node.is_some() {
+            Some(crate::cluster::SWEEP_EVERY)
         } else {
-            self.journal.expire_leases(i64::MAX).await?;
+            None
+        };
+        match sweep_every {
+            Some(every) => {
+                self.journal.expire_leases(crate::journal::now_ms()).await?;
+                self.tasks.spawn(crate::cluster::sweep(
+                    self.journal.clone(),
+                    self.clone(),
+                    every,
+                    self.stopping.clone(),
+                ));
+            }
+            None => {
+                self.journal.expire_leases(i64::MAX).await?;
+            }
+        }
+        if self.workers.is_some() {
+            return Ok(()); // workers claim queued turns themselves
         }
         for session in self.journal.sessions_with_queued_turns().await? {
             self.kick(&session);

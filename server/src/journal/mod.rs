@@ -195,36 +195,24 @@ impl WriteCtx<'_> {
             }
             data = serde_json::to_string(&value)?;
         }
-        match fence {
-            None => {
-                self.conn.insert_event(&sql::EventRow {
-                    seq,
-                    session_id,
-                    turn_id,
-                    ts: self.now,
-                    kind,
-                    data: &data,
-                })?;
-            }
-            Some(token) => {
-                let turn = turn_id.unwrap_or_default();
-                let known = self.fences.iter().any(|(t, k)| t == turn && k == token);
-                if !known {
-                    if !server_turns::holds(self.conn, turn, token, self.now)? {
-                        return Err(Error::LeaseLost);
-                    }
-                    self.fences.push((turn.to_string(), token.to_string()));
+        if let Some(token) = fence {
+            let turn = turn_id.unwrap_or_default();
+            let known = self.fences.iter().any(|(t, k)| t == turn && k == token);
+            if !known {
+                if !server_turns::holds(self.conn, turn, token, self.now)? {
+                    return Err(Error::LeaseLost);
                 }
-                self.conn.insert_event(&sql::EventRow {
-                    seq,
-                    session_id,
-                    turn_id,
-                    ts: self.now,
-                    kind,
-                    data: &data,
-                })?;
+                self.fences.push((turn.to_string(), token.to_string()));
             }
         }
+        self.conn.insert_event(&sql::EventRow {
+            seq,
+            session_id,
+            turn_id,
+            ts: self.now,
+            kind,
+            data: &data,
+        })?;
         *self.next_seq += 1;
         self.committed.push(Committed {
             seq,
