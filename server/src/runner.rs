@@ -495,37 +495,12 @@ impl Runner {
         let Some(turn) = self.journal.turn(turn_id).await? else {
             return Err(Error::NotFound { what: "turn" });
         };
-        if turn.state == TurnState::Queued {
-            let ended = self
-                .journal
-                .end_turn(
-                    turn_id,
-                    TurnState::Cancelled,
-                    String::new(),
-                    None,
-                    &[TurnState::Queued],
-                )
-                .await?;
-            if ended.is_some() {
-                log_turn_end(&turn, TurnState::Cancelled);
-                lock(&self.clients).remove(turn_id);
-                return Ok(TurnState::Cancelled);
-            }
+        if turn.state == TurnState::Queued && self.cancel_queued(&turn).await? {
+            return Ok(TurnState::Cancelled);
         }
         let here = lock(&self.running).contains_key(turn_id);
         if self.workers.is_some() || (self.node.is_some() && !here) {
-            // A worker's turn, or one another server runs, ends now with the text journaled so
-            // far; its runner learns it from its next write or lease renewal.
-            if self.journal.is_leased(turn_id).await?
-                && self
-                    .journal
-                    .end_leased_turn(turn_id, TurnState::Cancelled)
-                    .await?
-            {
-                if let Some(dispatch) = &self.workers {
-                    dispatch.notify();
-                }
-            }
+            self.cancel_leased(turn_id).await?;
         }
         let running = lock(&self.running)
             .get(turn_id)
@@ -556,28 +531,10 @@ impl Runner {
             // On a shared journal the turn may have moved meanwhile: claimed by another server
             // while this one's runner, which had just tried to claim it too, held it briefly.
             let ended = match after {
-                TurnState::Queued => self
-                    .journal
-                    .end_turn(
-                        turn_id,
-                        TurnState::Cancelled,
-                        String::new(),
-                        None,
-                        &[TurnState::Queued],
-                    )
-                    .await?
-                    .is_some(),
-                _ => {
-                    self.journal.is_leased(turn_id).await?
-                        && self
-                            .journal
-                            .end_leased_turn(turn_id, TurnState::Cancelled)
-                            .await?
-                }
+                TurnState::Queued => self.cancel_queued(&turn).await?,
+                _ => self.cancel_leased(turn_id).await?,
             };
             if ended {
-                log_turn_end(&turn, TurnState::Cancelled);
-                lock(&self.clients).remove(turn_id);
                 after = TurnState::Cancelled;
             }
         }
@@ -587,6 +544,42 @@ impl Runner {
             }
         }
         Ok(after)
+    }
+
+    /// Ends `turn` `cancelled` if it is still queued.
+    async fn cancel_queued(&self, turn: &TurnRow) -> Result<bool> {
+        let ended = self
+            .journal
+            .end_turn(
+                &turn.turn_id,
+                TurnState::Cancelled,
+                String::new(),
+                None,
+                &[TurnState::Queued],
+            )
+            .await?
+            .is_some();
+        if ended {
+            log_turn_end(turn, TurnState::Cancelled);
+            lock(&self.clients).remove(&turn.turn_id);
+        }
+        Ok(ended)
+    }
+
+    /// Ends `cancelled` a turn running under a lease (a worker's, or another server's) with the
+    /// text journaled so far; its runner learns it from its next write or lease renewal.
+    async fn cancel_leased(&self, turn_id: &str) -> Result<bool> {
+        let ended = self.journal.is_leased(turn_id).await?
+            && self
+                .journal
+                .end_leased_turn(turn_id, TurnState::Cancelled)
+                .await?;
+        if ended {
+            if let Some(dispatch) = &self.workers {
+                dispatch.notify();
+            }
+        }
+        Ok(ended)
     }
 
     /// Whether shutdown has begun (new messages are refused).
