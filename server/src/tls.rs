@@ -5,12 +5,18 @@
 //!
 //! The crypto provider is *ring*, named here rather than installed process-wide, so nothing
 //! depends on which provider another crate in the process enables.
+//!
+//! For the server's own TLS connections as a client (PostgreSQL with `sslmode=prefer` or
+//! `require`), [`EncryptOnly`] accepts any certificate, as libpq does in those modes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
 
 /// ALPN protocol ids, in the server's order of preference.
 pub const ALPN_H2: &[u8] = b"h2";
@@ -95,6 +101,67 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
         .map_err(rejected)?;
     config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// A client's certificate check that accepts any certificate but still checks the handshake's
+/// signatures: the connection is encrypted to whoever holds the certificate's key, who is not
+/// authenticated.
+#[derive(Debug)]
+pub struct EncryptOnly {
+    provider: Arc<CryptoProvider>,
+}
+
+impl EncryptOnly {
+    pub fn new(provider: Arc<CryptoProvider>) -> EncryptOnly {
+        EncryptOnly { provider }
+    }
+}
+
+impl ServerCertVerifier for EncryptOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 #[cfg(test)]

@@ -14,13 +14,12 @@
 //! As with libpq, `prefer` and `require` encrypt without authenticating the server: use
 //! `verify-full` where the network between the servers and the database is not trusted.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres::config::SslMode;
@@ -28,6 +27,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::SCHEMA;
 use crate::error::{Error, Result};
+use crate::tls::{read_certificates, EncryptOnly};
 
 /// How long opening a connection may take before the request fails (and `/readyz` says 503).
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -108,17 +108,13 @@ fn take_tls_params(url: &str) -> Result<(String, Option<String>, Option<String>)
     Ok((rest, mode, root))
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 fn tls_config(check: Check, root: Option<&str>) -> Result<rustls::ClientConfig> {
-    let provider = provider();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::Config(format!("database TLS: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match check {
-        Check::Nothing => Arc::new(EncryptOnly { provider }),
+        Check::Nothing => Arc::new(EncryptOnly::new(provider)),
         Check::Ca | Check::CaAndHost => {
             let path = root.ok_or_else(|| {
                 Error::Config(
@@ -145,77 +141,13 @@ fn tls_config(check: Check, root: Option<&str>) -> Result<rustls::ClientConfig> 
 }
 
 fn read_roots(path: &str) -> Result<RootCertStore> {
-    let pem = std::fs::read(path)
-        .map_err(|e| Error::Config(format!("database URL: sslrootcert {path}: {e}")))?;
+    let refused =
+        |e: &dyn std::fmt::Display| Error::Config(format!("database URL: sslrootcert: {e}"));
     let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert =
-            cert.map_err(|e| Error::Config(format!("database URL: sslrootcert {path}: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| Error::Config(format!("database URL: sslrootcert {path}: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err(Error::Config(format!(
-            "database URL: sslrootcert {path} holds no certificate"
-        )));
+    for cert in read_certificates(Path::new(path)).map_err(|e| refused(&e))? {
+        roots.add(cert).map_err(|e| refused(&e))?;
     }
     Ok(roots)
-}
-
-/// `prefer` and `require`: any certificate, as libpq does without a root certificate; the
-/// handshake's signatures are still checked, so the connection is encrypted to whoever holds
-/// the certificate's key.
-#[derive(Debug)]
-struct EncryptOnly {
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 /// `verify-ca`: the chain must lead to `sslrootcert`; the name in the certificate is not checked.
