@@ -137,13 +137,7 @@ impl super::writer::WriteConn for Connection {
 
     fn probe(&mut self) -> Result<()> {
         self.rollback();
-        Sql::execute(
-            self,
-            "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            &[Param::Text(&super::now_ms().to_string())],
-        )?;
-        Ok(())
+        super::writer::write_probe(self)
     }
 
     fn stored_head(&mut self) -> Result<i64> {

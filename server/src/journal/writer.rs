@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::health::WriteHealth;
-use super::sql::Sql;
+use super::sql::{Param, Sql};
 use super::{now_ms, WriteCtx};
 use super::{Committed, FanOut};
 use crate::error::{Error, Result, StorageFault};
@@ -131,6 +131,16 @@ pub(super) trait WriteConn: Send {
     /// transaction at its first failed statement, until it rolls back to a savepoint): a job
     /// without a savepoint of its own that failed that way loses its batch.
     fn spoiled(&self) -> bool;
+}
+
+/// The write [`WriteConn::probe`] makes, the same on every database.
+pub(super) fn write_probe(conn: &dyn Sql) -> Result<()> {
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        &[Param::Text(&now_ms().to_string())],
+    )?;
+    Ok(())
 }
 
 /// What the writer does with a committed batch's events.

@@ -469,12 +469,7 @@ impl super::writer::WriteConn for Writer {
 
     fn probe(&mut self) -> Result<()> {
         self.rollback();
-        self.client()?.execute(
-            "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            &[Param::Text(&super::now_ms().to_string())],
-        )?;
-        Ok(())
+        super::writer::write_probe(self.client()?)
     }
 
     fn stored_head(&mut self) -> Result<i64> {
