@@ -16,6 +16,7 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use turnstream_server::tls::EncryptOnly;
