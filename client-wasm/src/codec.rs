@@ -433,6 +433,7 @@ pub fn relay<V: Value>(v: &V) -> Option<Relay> {
                         sid: string(s, "sid")?,
                         sessions: strings(s, "sessions")?,
                         from: string(s, "from")?,
+                        last: opt_string(s, "last")?,
                         open: boolean(s, "open")?,
                     })
                 })
@@ -443,6 +444,7 @@ pub fn relay<V: Value>(v: &V) -> Option<Relay> {
             sid: string(v, "sid")?,
             kind: string(v, "kind")?,
             data: string(v, "data")?,
+            prev: opt_string(v, "prev")?,
             last: string(v, "last")?,
         },
         "want" => Relay::Want {
@@ -789,6 +791,7 @@ fn write_stream_state(out: &mut String, s: &StreamState) {
         .str("sid", &s.sid)
         .list("sessions", &s.sessions, write_strings)
         .str("from", &s.from)
+        .opt_str("last", s.last.as_deref())
         .bool("open", s.open)
         .end();
 }
@@ -819,12 +822,14 @@ pub fn relay_json(msg: &Relay) -> String {
             sid,
             kind,
             data,
+            prev,
             last,
         } => {
             o.str("t", "frame")
                 .str("sid", sid)
                 .str("kind", kind)
                 .str("data", data)
+                .opt_str("prev", prev.as_deref())
                 .str("last", last);
         }
         Relay::Want {

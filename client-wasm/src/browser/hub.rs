@@ -4,18 +4,18 @@
 //! channel (see [`super::relay`]); the others deliver what it relays. Without Web Locks or
 //! BroadcastChannel each tab leads alone.
 //!
-//! A tab's session is *covered* by a stream only if it was there when the stream started, from a
-//! position at or before the tab's own: only then has it seen the stream's snapshot and every
-//! event after it. A session that joins, or a tab whose leader changed, is not covered, and the
-//! leader reopens the stream from the lowest position any tab needs (repeats are harmless: the
-//! reducer folds an event once). A session is `live` only while a covering stream is open and,
-//! in a follower, the leader was heard from lately (see [`QUIET_MS`]).
+//! A tab's session is *covered* by a stream while its view holds everything the stream delivered
+//! (see [`Follow`]): every relayed frame says the stream's position before it, and every
+//! heartbeat how far each stream has gone, so a tab that joins at any moment, or missed a frame,
+//! knows it at once. A session that is not covered asks the leader to reopen the stream from the
+//! lowest position any tab needs (repeats are harmless: the reducer folds an event once). A
+//! session is `live` only while a covering stream is open and, in a follower, the leader was
+//! heard from lately (see [`QUIET_MS`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
 use js_sys::Function;
-use turnstream_protocol::Cursor;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::console;
 
@@ -24,7 +24,7 @@ use super::env::{self, GlobalListener, Waker};
 use super::leader;
 use super::relay::RelayChannel;
 use super::stream::{Frame, Signal, Stream};
-use crate::relay::{Relay, StreamState, Want};
+use crate::relay::{at_or_before, Fit, Follow, Relay, StreamState, Want};
 use crate::retry::backoff_ms;
 
 /// Sessions on one stream (the server's limit).
@@ -52,10 +52,8 @@ type Call = (Rc<dyn Fn(Signal)>, Signal);
 struct Member {
     id: u32,
     session: String,
-    /// The position the view is complete up to; `None` until history was read.
-    pos: Option<String>,
-    /// The stream this member has followed from its start.
-    covered: Option<String>,
+    /// How far the view has read, and the stream it follows.
+    follow: Follow,
     live: bool,
     on: Rc<dyn Fn(Signal)>,
 }
@@ -67,6 +65,16 @@ struct Group {
     last: String,
     stream: Option<Stream>,
     attempt: u32,
+}
+
+impl Group {
+    /// The stream as the relay tells it: with how far it has gone.
+    fn said(&self) -> StreamState {
+        StreamState {
+            last: Some(self.last.clone()),
+            ..self.state.clone()
+        }
+    }
 }
 
 struct Remote {
@@ -131,8 +139,7 @@ impl Membership {
         hub.members.borrow_mut().push(Member {
             id,
             session: session.to_owned(),
-            pos: None,
-            covered: None,
+            follow: Follow::default(),
             live: false,
             on,
         });
@@ -144,8 +151,7 @@ impl Membership {
     pub(crate) fn set_position(&self, cursor: Option<String>) {
         for m in self.hub.members.borrow_mut().iter_mut() {
             if m.id == self.id {
-                m.pos = cursor.clone();
-                m.covered = None;
+                m.follow.reset(cursor.clone());
             }
         }
         self.hub.members_changed();
@@ -168,14 +174,6 @@ impl Drop for Membership {
         } else {
             self.hub.members_changed();
         }
-    }
-}
-
-/// `a <= b` as journal positions; true across journals (the stream's resync sorts that out).
-fn at_or_before(a: &str, b: &str) -> bool {
-    match (a.parse::<Cursor>(), b.parse::<Cursor>()) {
-        (Ok(a), Ok(b)) => a.epoch != b.epoch || a.sequence <= b.sequence,
-        _ => true,
     }
 }
 
@@ -342,6 +340,13 @@ impl Hub {
         if self.closed.get() {
             return;
         }
+        // A view already at or past where its stream has gone follows it as it is: no reopen.
+        let streams: Vec<StreamState> = if self.leading.get() {
+            self.groups.borrow().iter().map(Group::said).collect()
+        } else {
+            self.seen.borrow().clone()
+        };
+        self.cover(&streams);
         if self.leading.get() {
             self.reconcile();
         } else {
@@ -358,8 +363,8 @@ impl Hub {
             .filter_map(|m| {
                 Some(Want {
                     session: m.session.clone(),
-                    pos: m.pos.clone()?,
-                    covered: m.covered.clone(),
+                    pos: m.follow.pos.clone()?,
+                    covered: m.follow.covered.clone(),
                 })
             })
             .collect();
@@ -387,13 +392,11 @@ impl Hub {
                 }
                 self.heard.set(env::now_ms() as f64);
                 self.leader_hidden.set(hidden);
-                if generation != self.generation.get() {
+                let missed = self.cover(&streams);
+                *self.seen.borrow_mut() = streams;
+                if generation != self.generation.get() || missed {
                     self.generation.set(generation);
-                    self.cover(&streams);
-                    *self.seen.borrow_mut() = streams;
                     self.announce();
-                } else {
-                    *self.seen.borrow_mut() = streams;
                 }
                 self.update_live();
             }
@@ -401,11 +404,15 @@ impl Hub {
                 sid,
                 kind,
                 data,
+                prev,
                 last,
             } => {
                 if !self.leading.get() {
                     self.heard.set(env::now_ms() as f64);
-                    self.deliver(&sid, &kind, &data, &last);
+                    if self.deliver(&sid, &kind, &data, prev.as_deref(), &last) {
+                        self.announce();
+                        self.update_live();
+                    }
                 }
             }
             Relay::Want {
@@ -437,52 +444,78 @@ impl Hub {
         }
     }
 
-    /// New streams cover the members that are there now, if they start at or before them.
-    fn cover(&self, streams: &[StreamState]) {
+    /// The streams as the leader has them now: each member follows the one carrying its session
+    /// if its view is complete up to where that stream has gone. True when a member found it
+    /// missed frames (it must ask for the stream again).
+    fn cover(&self, streams: &[StreamState]) -> bool {
         let known: Vec<String> = if self.leading.get() {
             Vec::new()
         } else {
             self.seen.borrow().iter().map(|s| s.sid.clone()).collect()
         };
+        let mut missed = false;
         for m in self.members.borrow_mut().iter_mut() {
-            let Some(pos) = &m.pos else { continue };
-            for s in streams {
-                let fresh = !known.contains(&s.sid);
-                let current = m.covered.as_deref() == Some(s.sid.as_str());
-                if !current
-                    && fresh
-                    && s.sessions.contains(&m.session)
-                    && at_or_before(&s.from, pos)
-                {
-                    m.covered = Some(s.sid.clone());
-                }
+            if let Some(s) = streams.iter().find(|s| s.sessions.contains(&m.session)) {
+                missed |= m.follow.state(s, !known.contains(&s.sid)) == Fit::Missed;
             }
+        }
+        missed
+    }
+
+    /// The sessions stream `sid` carries, as the leader (we, or the tab we hear) has them.
+    fn carries(&self, sid: &str, session: &str) -> bool {
+        if self.leading.get() {
+            self.groups
+                .borrow()
+                .iter()
+                .any(|g| g.state.sid == sid && g.state.sessions.iter().any(|s| s == session))
+        } else {
+            self.seen
+                .borrow()
+                .iter()
+                .any(|s| s.sid == sid && s.sessions.iter().any(|s| s == session))
         }
     }
 
-    /// A frame of stream `sid` (ours or relayed) to the members it covers.
-    fn deliver(&self, sid: &str, kind: &str, data: &str, last: &str) {
+    /// A frame of stream `sid` (ours or relayed), which moved it from `prev` to `last`, to the
+    /// members whose view it continues. True when a member found it missed frames.
+    fn deliver(&self, sid: &str, kind: &str, data: &str, prev: Option<&str>, last: &str) -> bool {
         let Some(signal) = Frame::parse(kind, data, last) else {
-            return;
+            return false;
         };
         let mut calls: Vec<Call> = Vec::new();
+        let mut missed = false;
+        let sessions: Vec<(u32, bool)> = self
+            .members
+            .borrow()
+            .iter()
+            .map(|m| (m.id, self.carries(sid, &m.session)))
+            .collect();
+        let resync = matches!(signal, Signal::Resync(_));
         for m in self.members.borrow_mut().iter_mut() {
-            if m.covered.as_deref() != Some(sid) {
+            // A resync ends the stream: it goes to the views that follow it.
+            if !resync && !sessions.iter().any(|&(id, carried)| id == m.id && carried) {
                 continue;
             }
             match &signal {
-                Signal::Event(e, last) => {
-                    m.pos = Some(last.clone());
-                    if e.session_id == m.session {
+                Signal::Event(e, last) => match m.follow.frame(sid, prev, last) {
+                    Fit::Deliver if e.session_id == m.session => {
                         calls.push((m.on.clone(), Signal::Event(e.clone(), last.clone())));
                     }
-                }
-                Signal::Snapshot(s) => calls.push((m.on.clone(), Signal::Snapshot(s.clone()))),
+                    Fit::Missed => missed = true,
+                    _ => {}
+                },
+                Signal::Snapshot(s) => match m.follow.frame(sid, prev, "") {
+                    Fit::Deliver => calls.push((m.on.clone(), Signal::Snapshot(s.clone()))),
+                    Fit::Missed => missed = true,
+                    Fit::Ignore => {}
+                },
                 Signal::Resync(r) => {
-                    m.pos = None;
-                    m.covered = None;
-                    m.live = false;
-                    calls.push((m.on.clone(), Signal::Resync(r.clone())));
+                    if m.follow.covered.as_deref() == Some(sid) {
+                        m.follow.reset(None);
+                        m.live = false;
+                        calls.push((m.on.clone(), Signal::Resync(r.clone())));
+                    }
                 }
                 Signal::Garbled(k) => {
                     console::warn_1(
@@ -498,6 +531,7 @@ impl Hub {
         for (on, s) in calls {
             on(s);
         }
+        missed
     }
 
     fn quiet_limit(&self) -> f64 {
@@ -525,7 +559,7 @@ impl Hub {
         };
         let mut calls: Vec<Call> = Vec::new();
         for m in self.members.borrow_mut().iter_mut() {
-            let live = fresh && m.covered.as_deref().is_some_and(open);
+            let live = fresh && m.follow.covered.as_deref().is_some_and(open);
             if live != m.live {
                 m.live = live;
                 calls.push((
@@ -542,12 +576,7 @@ impl Hub {
     // ----- the leader's streams -----
 
     fn broadcast_state(&self) {
-        let streams = self
-            .groups
-            .borrow()
-            .iter()
-            .map(|g| g.state.clone())
-            .collect();
+        let streams = self.groups.borrow().iter().map(Group::said).collect();
         self.post(&Relay::State {
             generation: self.generation.get(),
             streams,
@@ -568,8 +597,13 @@ impl Hub {
         // (session, position, covered, speaks of our current streams)
         let mut wants: Vec<(String, String, Option<String>, bool)> = Vec::new();
         for m in self.members.borrow().iter() {
-            if let Some(pos) = &m.pos {
-                wants.push((m.session.clone(), pos.clone(), m.covered.clone(), true));
+            if let Some(pos) = &m.follow.pos {
+                wants.push((
+                    m.session.clone(),
+                    pos.clone(),
+                    m.follow.covered.clone(),
+                    true,
+                ));
             }
         }
         for r in self.remotes.borrow().iter() {
@@ -616,6 +650,7 @@ impl Hub {
                                     sid: String::new(),
                                     sessions: Vec::new(),
                                     from: pos.clone(),
+                                    last: None,
                                     open: false,
                                 },
                                 last: pos.clone(),
@@ -668,7 +703,7 @@ impl Hub {
         let opening: Vec<usize> = (0..groups.len())
             .filter(|&i| groups[i].stream.is_none() && dirty[i])
             .collect();
-        let states: Vec<StreamState> = groups.iter().map(|g| g.state.clone()).collect();
+        let states: Vec<StreamState> = groups.iter().map(Group::said).collect();
         drop(groups);
         if changed {
             self.generation.set(self.generation.get() + 1);
@@ -726,7 +761,7 @@ impl Hub {
         }
         let idx = self.groups.borrow().iter().position(|g| g.state.sid == sid);
         let Some(i) = idx else { return };
-        let (kind, data, last) = match frame {
+        let (kind, data, prev, last) = match frame {
             Frame::Open => {
                 {
                     let mut groups = self.groups.borrow_mut();
@@ -781,27 +816,32 @@ impl Hub {
                 }
                 return;
             }
-            Frame::Snapshot(d) => ("snapshot", d, String::new()),
+            Frame::Snapshot(d) => {
+                let prev = self.groups.borrow()[i].last.clone();
+                ("snapshot", d, Some(prev), String::new())
+            }
             Frame::Event(d, last) => {
-                self.groups.borrow_mut()[i].last.clone_from(&last);
-                ("event", d, last)
+                let prev = std::mem::replace(&mut self.groups.borrow_mut()[i].last, last.clone());
+                ("event", d, Some(prev), last)
             }
-            Frame::Resync(d) => {
-                self.groups.borrow_mut().remove(i);
-                ("resync", d, String::new())
-            }
+            Frame::Resync(d) => ("resync", d, None, String::new()),
         };
         self.post(&Relay::Frame {
             sid: sid.to_owned(),
             kind: kind.to_owned(),
             data: data.clone(),
+            prev: prev.clone(),
             last: last.clone(),
         });
-        self.deliver(sid, kind, &data, &last);
+        let missed = self.deliver(sid, kind, &data, prev.as_deref(), &last);
         if kind == "resync" {
+            self.groups.borrow_mut().retain(|g| g.state.sid != sid);
             self.generation.set(self.generation.get() + 1);
             self.broadcast_state();
             self.update_live();
+        } else if missed {
+            // One of our own sessions is behind the stream: stream it again from its position.
+            self.reconcile();
         }
     }
 

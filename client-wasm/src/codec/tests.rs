@@ -342,6 +342,7 @@ fn relay_messages_round_trip() {
                 sid: "c-1.0".into(),
                 sessions: vec!["a".into(), "b \"q\"".into()],
                 from: "e1-5".into(),
+                last: Some("e1-6".into()),
                 open: true,
             }],
             hidden: false,
@@ -350,6 +351,7 @@ fn relay_messages_round_trip() {
             sid: "c-1.0".into(),
             kind: "event".into(),
             data: r#"{"id":"e1-6","kind":"turn_started"}"#.into(),
+            prev: Some("e1-5".into()),
             last: "e1-6".into(),
         },
         Relay::Want {
@@ -375,4 +377,16 @@ fn relay_messages_round_trip() {
             serde_json::from_str(&relay_json(&m)).expect("relay_json writes JSON");
         assert_eq!(relay(&json), Some(m));
     }
+    // A leader of an earlier release says neither `last` nor `prev`: still read.
+    let older = serde_json::json!({"t": "frame", "sid": "c-1.0", "kind": "event", "data": "{}", "last": "e1-6"});
+    assert!(matches!(
+        relay(&older),
+        Some(Relay::Frame { prev: None, .. })
+    ));
+    let older = serde_json::json!({"t": "state", "gen": 1, "hidden": false,
+        "streams": [{"sid": "c-1.0", "sessions": ["a"], "from": "e1-5", "open": true}]});
+    let Some(Relay::State { streams, .. }) = relay(&older) else {
+        panic!("an older leader's state reads")
+    };
+    assert_eq!(streams[0].last, None);
 }
