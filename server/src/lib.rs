@@ -16,7 +16,8 @@
 //! - [`gateway`]: the HTTP routes and the SSE stream.
 //! - [`config`]: command-line and environment configuration.
 //! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
-//!   request headers and bodies, connections per address, JSON for hyper's own answers).
+//!   request headers and bodies, connections per address, JSON for hyper's own answers), and
+//!   connections opened for an event stream, served without hyper's buffers.
 //! - [`tls`]: HTTPS with `--tls-cert`/`--tls-key`, HTTP/2 and HTTP/1.1 by ALPN.
 //! - [`logging`]: text or JSON log lines, and the per-request and per-turn targets.
 

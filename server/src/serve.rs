@@ -8,7 +8,9 @@
 //! HTTP/1 buffers and the stream body, nothing else. Sockets get `TCP_NODELAY` (a stream's frames
 //! are small writes that must not wait for the previous one's ACK). The limits of
 //! [`crate::edge`] apply here: request headers and bodies have deadlines, each peer address has a
-//! cap on open connections, and hyper's own parse-error answers carry the JSON error shape.
+//! cap on open connections, and hyper's own parse-error answers carry the JSON error shape. A
+//! plain connection whose first request asks for an event stream is answered by the same router
+//! but written without hyper ([`crate::edge::event_stream`]): an idle stream keeps no buffers.
 //!
 //! With TLS ([`serve_tls`], `--tls-cert`/`--tls-key`) the same loop accepts, applies the same
 //! per-address cap (it counts TCP connections, however many streams an HTTP/2 connection
@@ -37,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::edge::body_deadline::BodyDeadline;
+use crate::edge::event_stream::{self, First};
 use crate::edge::parse_errors::{ParseErrorJson, MAX_REQUEST_HEAD_BYTES};
 use crate::edge::peer_limit::{self, PeerLimit};
 use crate::edge::ConnLimits;
@@ -115,7 +118,7 @@ async fn serve_with(
         })
     });
     let peers = PeerLimit::new(limits.max_connections_per_ip);
-    let service = BodyDeadline::new(app, limits.body_timeout);
+    let service = BodyDeadline::new(app.clone(), limits.body_timeout);
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -165,12 +168,28 @@ async fn serve_with(
             });
             continue;
         }
-        let io = TokioIo::new(ParseErrorJson::new(tcp));
-        let conn = builder.serve_connection(io, TowerToHyperService::new(svc));
-        let conn = graceful.watch(conn);
+        let (builder, watcher, app, stop) = (
+            builder.clone(),
+            graceful.watcher(),
+            app.clone(),
+            stop.clone(),
+        );
+        let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::trace!(error = %e, "connection ended with an error");
+            // Shutdown waits for this connection while the watcher lives.
+            match event_stream::first_request(tcp, header_timeout, &stop).await {
+                First::Stream(tcp, req) => {
+                    event_stream::serve(tcp, req, peer, app).await;
+                    drop(watcher);
+                }
+                First::Other(io) => {
+                    let io = TokioIo::new(ParseErrorJson::new(io));
+                    let conn = builder.serve_connection(io, TowerToHyperService::new(svc));
+                    if let Err(e) = watcher.watch(conn).await {
+                        tracing::trace!(error = %e, "connection ended with an error");
+                    }
+                }
+                First::Gone => drop(watcher),
             }
             // The peer's place is free once its connection is.
             drop(slot);

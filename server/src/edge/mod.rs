@@ -2,6 +2,8 @@
 //! holding the descriptors, memory and time every other client needs.
 //!
 //! - [`body_deadline`]: a request body must arrive within a deadline (`408 request_timeout`).
+//! - [`event_stream`]: a connection opened for an event stream is served without hyper's
+//!   buffers, so an idle stream costs little more than its socket.
 //! - [`peer_limit`]: connections open at once from one IP address (`429 too_many_connections`).
 //! - [`parse_errors`]: answers hyper makes before routing (400, 414, 431) carry the JSON error
 //!   shape.
@@ -9,6 +11,7 @@
 //! - [`open_access`]: the warning when anyone on the network can reach an unauthenticated server.
 
 pub mod body_deadline;
+pub mod event_stream;
 pub mod nofile;
 pub mod open_access;
 pub mod parse_errors;

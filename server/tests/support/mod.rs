@@ -412,9 +412,14 @@ impl Api {
         .await
     }
 
-    /// Opens `/api/stream` with the given query and optional `Last-Event-ID`.
+    /// Opens `/api/stream` with the given query and optional `Last-Event-ID`, asking for an
+    /// event stream as `EventSource` does (`open_stream` with a request of one's own leaves the
+    /// header out: the server then streams through its general HTTP/1.1 path).
     pub async fn stream(&self, query: &str, last_event_id: Option<&str>) -> TestResult<SseClient> {
-        let mut req = self.http.get(format!("{}/api/stream?{query}", self.url));
+        let mut req = self
+            .http
+            .get(format!("{}/api/stream?{query}", self.url))
+            .header("accept", "text/event-stream");
         if let Some(id) = last_event_id {
             req = req.header("Last-Event-ID", id);
         }
