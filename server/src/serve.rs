@@ -176,16 +176,23 @@ async fn serve_with(
         );
         let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
-            // Shutdown waits for this connection while the watcher lives.
-            match event_stream::first_request(tcp, header_timeout, &stop).await {
+            // Shutdown waits for this connection while the watcher lives. Each step is boxed:
+            // the task's own future stays small, and a parked stream does not carry the size
+            // of hyper's connection or of the first read.
+            match Box::pin(event_stream::first_request(tcp, header_timeout, &stop)).await {
                 First::Stream(tcp, req) => {
-                    event_stream::serve(tcp, req, peer, app).await;
-                    drop(watcher);
+                    // A task of its own, holding only what the stream needs: this one ends
+                    // here with everything it kept for hyper's connections.
+                    tokio::spawn(async move {
+                        event_stream::serve(tcp, req, peer, app).await;
+                        drop((watcher, slot));
+                    });
+                    return;
                 }
                 First::Other(io) => {
                     let io = TokioIo::new(ParseErrorJson::new(io));
                     let conn = builder.serve_connection(io, TowerToHyperService::new(svc));
-                    if let Err(e) = watcher.watch(conn).await {
+                    if let Err(e) = Box::pin(watcher.watch(conn)).await {
                         tracing::trace!(error = %e, "connection ended with an error");
                     }
                 }

@@ -156,7 +156,8 @@ pub async fn serve(
     let mut req = *req;
     req.extensions_mut()
         .insert(axum::extract::ConnectInfo(peer));
-    let res: Response = match app.oneshot(req).await {
+    // Boxed, so the router's future is freed once answered instead of sizing this one.
+    let res: Response = match Box::pin(app.oneshot(req)).await {
         Ok(res) => res,
         Err(e) => match e {},
     };
@@ -196,6 +197,8 @@ pub async fn serve(
         }
     };
     head.extend_from_slice(b"connection: close\r\n\r\n");
+    // What an idle stream keeps from here on: the socket and the body.
+    drop(parts);
     if tcp.write_all(&head).await.is_err() {
         return;
     }
