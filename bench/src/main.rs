@@ -16,6 +16,7 @@ mod refresh;
 mod replay;
 mod report;
 mod ring;
+mod scale;
 mod sse;
 mod stats;
 mod systems;
@@ -53,6 +54,9 @@ enum Cmd {
     Compare(Opts),
     /// Figure 7: streams the server holds for N tabs of one origin in headless Chromium.
     Tabs(Opts),
+    /// Figure 8: 100,000 idle streams on one node (HTTP/1.1): memory per stream, time to open
+    /// them, delivery of a message to 1,000 of them.
+    Scale(Opts),
     /// The in-memory ring-buffer baseline server (started by the bench itself).
     #[command(hide = true)]
     RingServer {
@@ -121,6 +125,7 @@ fn main() -> Result<()> {
             Cmd::Refresh(o) => run(o, &[Figure::Refresh]).await,
             Cmd::Compare(o) => run(o, &[Figure::Compare]).await,
             Cmd::Tabs(o) => run(o, &[Figure::Tabs]).await,
+            Cmd::Scale(o) => scale_figure(o).await,
         }
     })
 }
@@ -147,4 +152,57 @@ async fn run(opts: Opts, figures: &[Figure]) -> Result<()> {
     let result = report::run_figures(&opts, figures, fds).await;
     procs::kill_all();
     result
+}
+
+/// Figure 8 on its own: the streams one node holds (its own table, see docs/performance.md).
+async fn scale_figure(opts: Opts) -> Result<()> {
+    let fds = procs::raise_fd_limit();
+    let (n, sample) = if opts.quick {
+        (2_000, 100)
+    } else {
+        (100_000, 1_000)
+    };
+    let result = scale::run(n, sample, fds).await;
+    procs::kill_all();
+    let mut f = result?;
+    let mut out =
+        String::from("| figure 8: idle streams on one node (HTTP/1.1) | turnstream |\n|---|---|\n");
+    out.push_str(&format!(
+        "| streams open | {} of {} asked{} |\n",
+        f.opened,
+        f.wanted,
+        f.capped_by
+            .as_deref()
+            .map(|c| format!(" (capped by {c})"))
+            .unwrap_or_default()
+    ));
+    out.push_str(&format!(
+        "| time to open them all | {} ms ({:.0} streams/s) |\n",
+        stats::dur_ms(f.open_time),
+        f.opened as f64 / f.open_time.as_secs_f64().max(1e-6)
+    ));
+    out.push_str(&format!(
+        "| server RSS per idle stream | {:.2} KB (RSS {} → {} MiB) |\n",
+        f.bytes_per_stream / 1000.0,
+        f.rss_before_kib / 1024,
+        f.rss_after_kib / 1024
+    ));
+    out.push_str(&format!(
+        "| a message to {} random sessions: delivery p50 / p99 | {} |\n",
+        f.sample,
+        f.delivery.p50_p99()
+    ));
+    out.push_str(&format!("| lost | {} of {} |\n", f.lost, f.sample));
+    println!("{out}");
+    let path = opts
+        .out
+        .unwrap_or_else(|| PathBuf::from("target/bench/scale.md"));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, out)?;
+    if f.lost > 0 {
+        anyhow::bail!("{} of {} messages were not delivered", f.lost, f.sample);
+    }
+    Ok(())
 }

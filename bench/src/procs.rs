@@ -263,6 +263,14 @@ pub fn turnstream_binary() -> Result<PathBuf> {
 /// Raises this process's open-file limit to its hard limit (children inherit it), and returns
 /// the soft limit now in force.
 pub fn raise_fd_limit() -> u64 {
+    // As root the hard limit itself may go up to the kernel's `nr_open` (figure 8 holds 100,000
+    // sockets on each side); elsewhere this fails and the soft limit goes up to the hard one.
+    if let Some(max) = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+    {
+        let _ = rlimit::setrlimit(rlimit::Resource::NOFILE, max, max);
+    }
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(n) => n,
         Err(_) => rlimit::getrlimit(rlimit::Resource::NOFILE)
