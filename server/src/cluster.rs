@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::journal::{now_ms, Journal};
+use crate::journal::Journal;
 use crate::runner::Runner;
 
 /// How often a server sweeps: the delay before a vanished server's queued turns start elsewhere
@@ -31,14 +31,8 @@ pub struct Node {
 
 impl Node {
     pub fn new(lease: Duration) -> Node {
-        use rand::Rng;
-        const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-        let mut rng = rand::rng();
-        let tail: String = (0..10)
-            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-            .collect();
         Node {
-            id: format!("node_{tail}"),
+            id: format!("node_{}", crate::ids::random_chars(10)),
             lease,
         }
     }
@@ -98,7 +92,7 @@ pub async fn sweep(
             _ = tick.tick() => {}
             _ = stopping.cancelled() => return,
         }
-        let expired = match journal.expire_leases(now_ms()).await {
+        let expired = match journal.expire_leases(journal.clock().now_ms()).await {
             Ok(0) => 0,
             Ok(n) => {
                 tracing::warn!(

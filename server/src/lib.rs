@@ -22,6 +22,8 @@
 
 pub mod agent;
 pub mod auth;
+mod backoff;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod edge;
@@ -29,11 +31,13 @@ pub mod error;
 pub mod frames;
 pub mod gateway;
 pub mod hub;
+mod ids;
 pub mod journal;
 pub mod lease;
 pub mod live;
 pub mod logging;
 pub mod metrics;
+mod mutex;
 pub mod runner;
 pub mod serve;
 pub mod slots;
@@ -53,12 +57,6 @@ use crate::config::{AgentKind, Config};
 use crate::error::Result;
 use crate::journal::Journal;
 use crate::runner::{Runner, RunnerConfig};
-
-/// Locks a mutex, taking the data even if a panic poisoned it: every lock in this crate guards
-/// state that single inserts and removes keep consistent, so a panic elsewhere leaves it usable.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Listen backlog: a reconnect storm must not overflow it (each dropped SYN costs a client 1 s).
 pub const LISTEN_BACKLOG: u32 = 4096;
@@ -117,6 +115,7 @@ pub async fn run(
         metrics,
         journal::JournalOptions {
             busy_timeout: config.busy_timeout(),
+            ..Default::default()
         },
         live::LiveFeed::new(hub.clone()),
     )
@@ -205,7 +204,7 @@ async fn cleanup_loop(journal: Journal, retention: Duration, every: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let cutoff = journal::now_ms() - retention.as_millis() as i64;
+        let cutoff = journal.clock().now_ms() - retention.as_millis() as i64;
         match journal.cleanup(cutoff).await {
             Ok(0) => {}
             Ok(n) => tracing::debug!(deleted = n, "retention cleanup"),

@@ -13,10 +13,11 @@ use tokio_util::task::TaskTracker;
 use turnstream_protocol::{EventBody, ToolCall, ToolStatus, TurnState};
 
 use crate::agent::{Agent, Emission, TurnContext, TurnSink};
+use crate::backoff::Backoff;
 use crate::cluster::Node;
 use crate::error::{Error, Result, StorageFault};
 use crate::journal::{floor_char_boundary, Claim, Journal, TurnRow};
-use crate::lock;
+use crate::mutex::lock;
 use crate::slots::TurnSlots;
 use crate::worker::Dispatch;
 
@@ -49,21 +50,8 @@ const RETRY_FIRST: Duration = Duration::from_millis(100);
 /// Longest wait between retries: how late a session notices that the storage is back.
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
-/// Waits that double from [`RETRY_FIRST`] to [`RETRY_MAX`]: retrying against failing storage
-/// neither spins nor leaves a recovered disk unused for long.
-struct Backoff(Duration);
-
-impl Backoff {
-    fn new() -> Self {
-        Backoff(RETRY_FIRST)
-    }
-
-    fn next(&mut self) -> Duration {
-        let wait = self.0;
-        self.0 = (wait * 2).min(RETRY_MAX);
-        wait
-    }
-}
+/// Waits between retries of a write the storage refused.
+const RETRY: Backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
 
 /// Where the runner is with a turn, for a cancel waiting on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +179,9 @@ impl Runner {
         };
         match sweep_every {
             Some(every) => {
-                self.journal.expire_leases(crate::journal::now_ms()).await?;
+                self.journal
+                    .expire_leases(self.journal.clock().now_ms())
+                    .await?;
                 self.tasks.spawn(crate::cluster::sweep(
                     self.journal.clone(),
                     self.clone(),
@@ -250,7 +240,7 @@ impl Runner {
                     }
                 }
             }
-            let mut backoff = Backoff::new();
+            let mut backoff = RETRY;
             loop {
                 if self.stopping.is_cancelled() {
                     lock(&self.sessions).remove(&session);
@@ -278,7 +268,7 @@ impl Runner {
                     return;
                 }
                 match self.run_turn(next.0, next.1).await {
-                    Ok(After::Next) => backoff = Backoff::new(),
+                    Ok(After::Next) => backoff = RETRY,
                     Ok(After::Elsewhere) => {
                         lock(&self.sessions).remove(&session);
                         return;
@@ -437,7 +427,7 @@ impl Runner {
         error: Option<String>,
         phase: &watch::Sender<Phase>,
     ) -> Result<()> {
-        let mut backoff = Backoff::new();
+        let mut backoff = RETRY;
         loop {
             let ended = match fence {
                 None => {
@@ -622,7 +612,7 @@ fn log_turn_end(turn: &TurnRow, state: TurnState) {
         turn = %turn.turn_id,
         session = %turn.session_id,
         state = state.as_str(),
-        duration_ms = crate::journal::now_ms().saturating_sub(turn.created_at),
+        duration_ms = crate::clock::system_ms().saturating_sub(turn.created_at),
         "turn ended"
     );
 }

@@ -41,9 +41,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use turnstream_protocol::{Cursor, EventBody};
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::lock;
 use crate::metrics::Metrics;
+use crate::mutex::lock;
 use sql::Sql;
 use writer::{Job, Publish, WriteConn, Writer};
 
@@ -57,12 +58,15 @@ pub struct JournalOptions {
     /// How long a statement waits for a lock another connection holds before it fails with
     /// "database is locked" (SQLite's busy timeout), on every connection.
     pub busy_timeout: Duration,
+    /// The time of day every write is stamped with (and lease expiry is judged by).
+    pub clock: Clock,
 }
 
 impl Default for JournalOptions {
     fn default() -> Self {
         JournalOptions {
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            clock: Clock::system(),
         }
     }
 }
@@ -134,6 +138,7 @@ struct Inner {
     /// The last committed event id; only ever grows.
     head: Arc<AtomicI64>,
     health: Arc<WriteHealth>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Journal {
@@ -230,13 +235,6 @@ impl WriteCtx<'_> {
     }
 }
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl Journal {
     /// Opens (creating if needed) and migrates the database, and starts the writer thread.
     /// Committed events go to `fanout`.
@@ -270,7 +268,7 @@ impl Journal {
             Readers::Sqlite(sqlite::Readers::new(path, options.busy_timeout)),
             None,
             metrics,
-            options.busy_timeout,
+            &options,
         )
     }
 
@@ -315,7 +313,7 @@ impl Journal {
             Readers::Postgres(postgres::Readers::new(pool, rt)),
             Some(tail),
             metrics,
-            options.busy_timeout,
+            &options,
         )
     }
 
@@ -330,7 +328,7 @@ impl Journal {
         readers: Readers,
         tail: Option<postgres::Tail>,
         metrics: Arc<Metrics>,
-        busy_timeout: Duration,
+        options: &JournalOptions,
     ) -> Result<Journal> {
         let health = Arc::new(WriteHealth::new(metrics.clone()));
         let (tx, rx) = std_mpsc::channel::<Job>();
@@ -346,7 +344,8 @@ impl Journal {
             metrics: metrics.clone(),
             head: head.clone(),
             health: health.clone(),
-            busy_timeout,
+            busy_timeout: options.busy_timeout,
+            clock: options.clock.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("turnstream-writer".into())
@@ -364,6 +363,7 @@ impl Journal {
                 metrics,
                 head,
                 health,
+                clock: options.clock.clone(),
             }),
         })
     }
@@ -389,6 +389,11 @@ impl Journal {
     /// Whether the latest journal writes reached the disk.
     pub fn write_health(&self) -> &WriteHealth {
         &self.inner.health
+    }
+
+    /// The clock the journal stamps its writes with.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
     }
 
     /// The last committed event id.
