@@ -10,9 +10,9 @@
 //!   the [`hub`], which delivers it to subscribers (with lag detection) and keeps the replay tail.
 //! - [`frames`]: SSE framing, in one place (live, replay and the stream's own events).
 //! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`).
-//! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
-//! - [`worker`] and [`lease`]: turns run by worker processes (`--agent worker`) under leases.
-//! - [`cluster`]: turns run under leases by servers sharing a PostgreSQL journal.
+//! - [`turns`]: turn execution in one [`turns::Mode`] (this server's agent on one node, under
+//!   leases on a shared PostgreSQL journal, or worker processes): the per-session FIFO loop,
+//!   coalescing, leases and their sweep, fair slots, cancel and shutdown.
 //! - [`gateway`]: the HTTP routes and the SSE stream.
 //! - [`config`]: command-line and environment configuration.
 //! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
@@ -24,7 +24,6 @@ pub mod agent;
 pub mod auth;
 mod backoff;
 pub mod clock;
-pub mod cluster;
 pub mod config;
 pub mod edge;
 pub mod error;
@@ -33,16 +32,13 @@ pub mod gateway;
 pub mod hub;
 mod ids;
 pub mod journal;
-pub mod lease;
 pub mod live;
 pub mod logging;
 pub mod metrics;
 mod mutex;
-pub mod runner;
 pub mod serve;
-pub mod slots;
 pub mod tls;
-pub mod worker;
+pub mod turns;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -52,11 +48,11 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{demo::DemoAgent, openai::OpenAiAgent, worker::WorkerAgent, Agent};
+use crate::agent::{demo::DemoAgent, openai::OpenAiAgent, Agent};
 use crate::config::{AgentKind, Config};
 use crate::error::Result;
 use crate::journal::Journal;
-use crate::runner::{Runner, RunnerConfig};
+use crate::turns::{Mode, Turns, TurnsConfig};
 
 /// Listen backlog: a reconnect storm must not overflow it (each dropped SYN costs a client 1 s).
 pub const LISTEN_BACKLOG: u32 = 4096;
@@ -76,28 +72,42 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// How long shutdown waits for connections to close once their streams have ended.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
-/// The agent a configuration asks for.
-pub fn agent_from_config(config: &Config) -> Arc<dyn Agent> {
+/// The built-in agent a configuration asks for; `None` with `--agent worker` (worker processes
+/// run the turns).
+pub fn agent_from_config(config: &Config) -> Option<Arc<dyn Agent>> {
     match config.agent {
-        AgentKind::Demo => Arc::new(DemoAgent {
+        AgentKind::Demo => Some(Arc::new(DemoAgent {
             delay: Duration::from_millis(config.demo_delay_ms),
-        }),
-        AgentKind::Openai => Arc::new(OpenAiAgent::with_options(
+        })),
+        AgentKind::Openai => Some(Arc::new(OpenAiAgent::with_options(
             config.openai_base_url.clone(),
             config.openai_model.clone(),
             std::env::var("OPENAI_API_KEY").ok(),
             config.openai_options(),
-        )),
-        AgentKind::Worker => Arc::new(WorkerAgent),
+        ))),
+        AgentKind::Worker => None,
     }
 }
 
-/// Runs the server on `listener` until `shutdown` resolves, then shuts down gracefully: stop
-/// accepting, let running turns finish for the grace period (streams keep delivering them), end
-/// the rest `interrupted`, close the streams, and flush the journal.
+/// Runs the server with `agent` running its turns ([`run_configured`] with an agent of one's
+/// own); with `--agent worker` in `config`, worker processes run them and `agent` is not used.
 pub async fn run(
     config: Config,
     agent: Arc<dyn Agent>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let agent = (config.agent != AgentKind::Worker).then_some(agent);
+    run_configured(config, agent, listener, shutdown).await
+}
+
+/// Runs the server on `listener` until `shutdown` resolves, its turns run by `agent` (`None`:
+/// by worker processes), then shuts down gracefully: stop accepting, let running turns finish
+/// for the grace period (streams keep delivering them), end the rest `interrupted`, close the
+/// streams, and flush the journal.
+pub async fn run_configured(
+    config: Config,
+    agent: Option<Arc<dyn Agent>>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
@@ -120,26 +130,25 @@ pub async fn run(
         live::LiveFeed::new(hub.clone()),
     )
     .await?;
-    let runner_config = RunnerConfig {
-        coalesce: config.coalesce(),
-        max_concurrent_turns: config.max_concurrent_turns,
-        max_turns_per_client: config.turns_per_client(),
-        turn_lease: Duration::from_secs(config.worker_lease_secs),
-    };
-    let runner = match config.agent {
-        AgentKind::Worker => Runner::for_workers(
-            journal.clone(),
-            agent,
-            runner_config,
-            Duration::from_secs(config.worker_lease_secs),
-        ),
-        _ => Runner::new(journal.clone(), agent, runner_config),
-    };
-    runner.start().await?;
+    let mode = Mode::new(
+        agent,
+        journal.is_shared(),
+        Duration::from_secs(config.worker_lease_secs),
+    );
+    let turns = Turns::new(
+        journal.clone(),
+        mode,
+        TurnsConfig {
+            coalesce: config.coalesce(),
+            max_concurrent_turns: config.max_concurrent_turns,
+            max_turns_per_client: config.turns_per_client(),
+        },
+    );
+    turns.start().await?;
     let state = gateway::AppState {
         journal: journal.clone(),
         hub: hub.clone(),
-        runner: runner.clone(),
+        turns: turns.clone(),
         limits: Arc::new(gateway::Limits {
             heartbeat: config.heartbeat(),
             max_streams: config.max_streams,
@@ -179,7 +188,7 @@ pub async fn run(
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");
     stop_accepting.cancel();
-    runner
+    turns
         .shutdown(Duration::from_secs(config.shutdown_grace_secs))
         .await;
     // Streams send what was committed and queued for them, then end.

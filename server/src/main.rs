@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     out.flush()?;
     tracing::info!(%addr, %scheme, db = %config.database(), agent = ?config.agent, "serving");
     let agent = turnstream_server::agent_from_config(&config);
-    turnstream_server::run(config, agent, listener, shutdown_signal())
+    turnstream_server::run_configured(config, agent, listener, shutdown_signal())
         .await
         .context("server failed")?;
     Ok(())

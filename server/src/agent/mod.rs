@@ -1,9 +1,8 @@
 //! Agents: what produces a turn's thinking, tool calls and reply. They know nothing of storage;
-//! they emit through the [`TurnSink`] the turn runner hands them.
+//! they emit through the [`TurnSink`] turn execution ([`crate::turns`]) hands them.
 
 pub mod demo;
 pub mod openai;
-pub mod worker;
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
@@ -30,14 +29,14 @@ pub enum Emission {
     Usage(Usage),
 }
 
-/// Where an agent sends its output. Sending never blocks; the runner journals (and coalesces) it.
+/// Where an agent sends its output. Sending never blocks; turn execution journals (and coalesces) it.
 #[derive(Debug, Clone)]
 pub struct TurnSink {
     tx: mpsc::UnboundedSender<Emission>,
 }
 
 impl TurnSink {
-    /// A sink and the receiving end the runner drains.
+    /// A sink and the receiving end turn execution drains.
     pub fn channel() -> (TurnSink, mpsc::UnboundedReceiver<Emission>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (TurnSink { tx }, rx)

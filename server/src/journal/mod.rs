@@ -10,6 +10,7 @@
 
 mod fanout;
 mod health;
+mod lease;
 mod payload;
 pub mod postgres;
 mod replay;
@@ -24,6 +25,7 @@ mod writer;
 
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
+pub use lease::{Lease, LeaseError};
 pub use payload::floor_char_boundary;
 pub use replay::{Encoder, Page, StreamStart};
 pub use server_turns::Claim;

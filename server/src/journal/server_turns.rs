@@ -1,5 +1,5 @@
 //! Turns a server runs on a shared (PostgreSQL) journal: claimed under a lease, exactly like a
-//! worker's (see [`crate::lease`] and [`super::worker`]), so that a turn runs once across
+//! worker's (see [`super::lease`] and [`super::worker`]), so that a turn runs once across
 //! servers, a session's turns run one at a time in order, and a server that lost its lease (it
 //! stalled, or was cut off, and another server ended the turn `interrupted`) can no longer
 //! append to the turn.
@@ -12,11 +12,11 @@ use std::time::Duration;
 use turnstream_protocol::worker::NO_SEQ;
 use turnstream_protocol::{EventBody, Message, TurnState};
 
+use super::lease::Lease;
 use super::sql::{params, Sql};
 use super::store::{end_turn_in, turn_by_id};
 use super::{Journal, WriteCtx};
 use crate::error::{Error, Result};
-use crate::lease::Lease;
 
 /// What a claim of a queued turn found.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,12 +5,12 @@
 
 use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
+use super::lease::{Lease, LeaseError};
 use super::server_turns::start_leased;
 use super::sql::{params, Sql};
 use super::store::{end_turn_in, fold_turn, message_by_id, messages, turn_by_id, MESSAGE_COLUMNS};
 use super::{Journal, TurnRow, WriteCtx};
 use crate::error::{Error, Result};
-use crate::lease::{Lease, LeaseError};
 
 /// A turn a claim handed out.
 #[derive(Debug, Clone)]
