@@ -41,56 +41,23 @@ pub mod tls;
 pub mod turns;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{demo::DemoAgent, openai::OpenAiAgent, Agent};
+use crate::agent::Agent;
 use crate::config::{AgentKind, Config};
 use crate::error::Result;
 use crate::journal::Journal;
 use crate::turns::{Mode, Turns, TurnsConfig};
 
-/// Listen backlog: a reconnect storm must not overflow it (each dropped SYN costs a client 1 s).
-pub const LISTEN_BACKLOG: u32 = 4096;
-
-/// Binds `addr` with a deep listen backlog.
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
-}
-
 /// How long shutdown waits for connections to close once their streams have ended.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
-/// The built-in agent a configuration asks for; `None` with `--agent worker` (worker processes
-/// run the turns).
-pub fn agent_from_config(config: &Config) -> Option<Arc<dyn Agent>> {
-    match config.agent {
-        AgentKind::Demo => Some(Arc::new(DemoAgent {
-            delay: Duration::from_millis(config.demo_delay_ms),
-        })),
-        AgentKind::Openai => Some(Arc::new(OpenAiAgent::with_options(
-            config.openai_base_url.clone(),
-            config.openai_model.clone(),
-            std::env::var("OPENAI_API_KEY").ok(),
-            config.openai_options(),
-        ))),
-        AgentKind::Worker => None,
-    }
-}
-
 /// Runs the server with `agent` running its turns ([`run_configured`] with an agent of one's
-/// own); with `--agent worker` in `config`, worker processes run them and `agent` is not used.
+/// own, where the binary passes [`agent::from_config`]); with `--agent worker` in `config`, worker processes run them and `agent` is not used.
 pub async fn run(
     config: Config,
     agent: Arc<dyn Agent>,
@@ -162,7 +129,7 @@ pub async fn run_configured(
     };
     let app = gateway::router(state, config.www.as_deref(), &config.cors_origins);
 
-    let cleanup = tokio::spawn(cleanup_loop(
+    let cleanup = tokio::spawn(journal::cleanup_loop(
         journal.clone(),
         Duration::from_secs(config.retention_secs),
         Duration::from_secs(config.cleanup_interval_secs.max(1)),
@@ -206,18 +173,4 @@ pub async fn run_configured(
     journal.close();
     tracing::info!("stopped");
     Ok(())
-}
-
-async fn cleanup_loop(journal: Journal, retention: Duration, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let cutoff = journal.clock().now_ms() - retention.as_millis() as i64;
-        match journal.cleanup(cutoff).await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(deleted = n, "retention cleanup"),
-            Err(e) => tracing::warn!(error = %e, "retention cleanup failed"),
-        }
-    }
 }

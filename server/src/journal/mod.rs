@@ -28,6 +28,7 @@ pub use health::{Failing, WriteHealth};
 pub use lease::{Lease, LeaseError};
 pub use payload::floor_char_boundary;
 pub use replay::{Encoder, Page, StreamStart};
+pub use retention::cleanup_loop;
 pub use server_turns::Claim;
 pub use sql::Backend;
 pub use sql::EventRow;
