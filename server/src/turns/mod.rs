@@ -21,6 +21,8 @@ pub mod mode;
 mod session;
 pub mod slots;
 pub mod sweep;
+#[cfg(test)]
+mod tests;
 
 pub use dispatch::Dispatch;
 pub use lease::Node;
