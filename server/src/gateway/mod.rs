@@ -25,7 +25,7 @@ use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer, ExposeHeaders};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
     MAX_REQUEST_BODY_BYTES,
@@ -134,7 +134,10 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
                 header::AUTHORIZATION,
                 HeaderName::from_static("last-event-id"),
             ])
-            .expose_headers([HeaderName::from_static("x-turnstream-cursor")])
+            // The one cursor header name: a constant the parse cannot refuse.
+            .expose_headers(ExposeHeaders::list(
+                HeaderName::from_bytes(CURSOR_HEADER.as_bytes()).ok(),
+            ))
             .max_age(Duration::from_secs(600)),
     )
 }
