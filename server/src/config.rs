@@ -301,6 +301,39 @@ impl Config {
         Duration::from_secs(self.heartbeat_secs.max(1))
     }
 
+    /// The built-in agent `--agent` names, with what it needs; `None` with `--agent worker`
+    /// (worker processes run the turns).
+    pub fn builtin_agent(&self) -> Option<crate::agent::Builtin> {
+        match self.agent {
+            AgentKind::Demo => Some(crate::agent::Builtin::Demo {
+                delay: Duration::from_millis(self.demo_delay_ms),
+            }),
+            AgentKind::Openai => Some(crate::agent::Builtin::Openai {
+                base_url: self.openai_base_url.clone(),
+                model: self.openai_model.clone(),
+                api_key: std::env::var("OPENAI_API_KEY").ok(),
+                options: self.openai_options(),
+            }),
+            AgentKind::Worker => None,
+        }
+    }
+
+    /// The openai agent's options from the `--openai-*` flags.
+    pub fn openai_options(&self) -> crate::agent::openai::OpenAiOptions {
+        crate::agent::openai::OpenAiOptions {
+            system_prompt: self
+                .openai_system_prompt
+                .clone()
+                .or_else(|| self.openai_system_prompt_file.clone()),
+            max_tokens: self.openai_max_tokens,
+            temperature: self.openai_temperature,
+            include_usage: self.openai_include_usage,
+            idle_timeout: Duration::from_secs(self.openai_idle_timeout_secs.max(1)),
+            max_retries: self.openai_max_retries,
+            ..Default::default()
+        }
+    }
+
     /// The accept loop's limits (a timeout of 0 means 1 s: no request can arrive in no time).
     pub fn conn_limits(&self) -> crate::edge::ConnLimits {
         crate::edge::ConnLimits {
@@ -393,5 +426,69 @@ mod tests {
         assert_eq!((c.agent, c.worker_lease_secs), (AgentKind::Worker, 5));
         assert!(parse("0").is_err(), "a lease of 0 s is refused");
         assert!(parse("3601").is_err());
+    }
+
+    #[test]
+    fn openai_flags_become_the_agent_options() -> Result<(), Box<dyn std::error::Error>> {
+        let defaults = Config::defaults().openai_options();
+        assert_eq!(defaults.idle_timeout, Duration::from_secs(300));
+        assert_eq!(defaults.max_retries, 3);
+        assert!(defaults.include_usage);
+        assert_eq!(defaults.system_prompt, None);
+        assert_eq!(defaults.max_tokens, None);
+
+        let dir = tempfile::tempdir()?;
+        let prompt = dir.path().join("prompt.txt");
+        std::fs::write(&prompt, "You answer in French.\n")?;
+        let parsed = Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt-file",
+            prompt.to_str().ok_or("path")?,
+            "--openai-max-tokens",
+            "512",
+            "--openai-temperature",
+            "0.2",
+            "--openai-idle-timeout-secs",
+            "30",
+            "--openai-max-retries",
+            "0",
+            "--openai-include-usage",
+            "false",
+        ])?;
+        let Command::Serve(c) = parsed.command else {
+            return Err("not `serve`".into());
+        };
+        let o = c.openai_options();
+        assert_eq!(o.system_prompt.as_deref(), Some("You answer in French.\n"));
+        assert_eq!(o.max_tokens, Some(512));
+        assert_eq!(o.temperature, Some(0.2));
+        assert_eq!(o.idle_timeout, Duration::from_secs(30));
+        assert_eq!(o.max_retries, 0);
+        assert!(!o.include_usage);
+
+        // A prompt file that cannot be read stops the server at startup, naming the file.
+        let missing = dir.path().join("missing.txt");
+        let missing = missing.to_str().ok_or("path")?;
+        let error = Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt-file",
+            missing,
+        ])
+        .err()
+        .ok_or("a missing prompt file parsed")?;
+        assert!(error.to_string().contains("missing.txt"), "{error}");
+        // The prompt and the prompt file exclude each other.
+        assert!(Cli::try_parse_from([
+            "turnstream",
+            "serve",
+            "--openai-system-prompt",
+            "x",
+            "--openai-system-prompt-file",
+            prompt.to_str().ok_or("path")?,
+        ])
+        .is_err());
+        Ok(())
     }
 }

@@ -1,24 +1,33 @@
 //! turnstream's server: a durable, ordered journal of everything a browser shows during a chat
-//! turn, a turn runner that drives agents, and one SSE gateway that delivers the journal.
+//! turn, turn execution that drives agents (or hands turns to worker processes), and one SSE
+//! gateway that delivers the journal.
 //!
 //! # Layout
-//! - [`journal`]: storage (history, event journal, turns projection, floors) in SQLite or
-//!   PostgreSQL behind one seam (`journal::sql`), the writer thread with group commit, stream
-//!   reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed to a
-//!   [`journal::FanOut`].
+//! The crate root only assembles ([`run`], [`run_configured`]); each module below names only
+//! modules it depends on, with no import circle (`tests/layout.rs` checks it).
+//! - [`gateway`]: the HTTP routes, access control and the SSE stream. Reads and appends through
+//!   the journal's and [`turns`]'s APIs only.
+//! - [`turns`]: turn execution in one [`turns::Mode`] (this server's agent on one node, under
+//!   leases on a shared PostgreSQL journal, or worker processes): the per-session FIFO loop,
+//!   emitting through one delta coalescer, lease renewal and the expiry sweep, worker dispatch,
+//!   fair slots, cancel and shutdown.
+//! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`). Agents know
+//!   nothing of storage.
+//! - [`journal`]: storage (history, event journal, turns projection, floors, leased turns) in
+//!   SQLite or PostgreSQL behind one seam (`journal::sql`), the writer thread with group commit,
+//!   stream reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed
+//!   to a [`journal::FanOut`].
 //! - [`live`]: the fan-out the server uses: encodes each committed event once and hands it to
 //!   the [`hub`], which delivers it to subscribers (with lag detection) and keeps the replay tail.
 //! - [`frames`]: SSE framing, in one place (live, replay and the stream's own events).
-//! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`).
-//! - [`turns`]: turn execution in one [`turns::Mode`] (this server's agent on one node, under
-//!   leases on a shared PostgreSQL journal, or worker processes): the per-session FIFO loop,
-//!   coalescing, leases and their sweep, fair slots, cancel and shutdown.
-//! - [`gateway`]: the HTTP routes and the SSE stream.
-//! - [`config`]: command-line and environment configuration.
-//! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
-//!   request headers and bodies, connections per address, JSON for hyper's own answers).
+//! - [`auth`]: tokens and service keys; [`metrics`]: the Prometheus counters.
+//! - [`config`]: command-line and environment configuration, mapped to each component's options.
+//! - [`serve`] and [`edge`]: binding, the accept loop and its connection-level limits (deadlines
+//!   for request headers and bodies, connections per address, JSON for hyper's own answers).
 //! - [`tls`]: HTTPS with `--tls-cert`/`--tls-key`, HTTP/2 and HTTP/1.1 by ALPN.
 //! - [`logging`]: text or JSON log lines, and the per-request and per-turn targets.
+//! - Leaves: [`clock`] (the time the journal stamps, moved by hand in tests), `backoff` (the one
+//!   doubling wait), `ids` (the one random id generator), `mutex` (locking through poison).
 
 pub mod agent;
 pub mod auth;
@@ -57,7 +66,7 @@ use crate::turns::{Mode, Turns, TurnsConfig};
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs the server with `agent` running its turns ([`run_configured`] with an agent of one's
-/// own, where the binary passes [`agent::from_config`]); with `--agent worker` in `config`, worker processes run them and `agent` is not used.
+/// own, where the binary builds [`config::Config::builtin_agent`]); with `--agent worker` in `config`, worker processes run them and `agent` is not used.
 pub async fn run(
     config: Config,
     agent: Arc<dyn Agent>,

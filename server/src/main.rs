@@ -43,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
     writeln!(out, "turnstream listening on {scheme}://{addr}")?;
     out.flush()?;
     tracing::info!(%addr, %scheme, db = %config.database(), agent = ?config.agent, "serving");
-    let agent = turnstream_server::agent::from_config(&config);
+    let agent = config.builtin_agent().map(|a| a.build());
     turnstream_server::run_configured(config, agent, listener, shutdown_signal())
         .await
         .context("server failed")?;

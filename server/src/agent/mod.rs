@@ -11,40 +11,35 @@ use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use turnstream_protocol::{Message, ToolCall, Usage};
 
-use crate::config::{AgentKind, Config};
 use demo::DemoAgent;
 use openai::{OpenAiAgent, OpenAiOptions};
 
-/// The built-in agent a configuration asks for; `None` with `--agent worker` (worker processes
-/// run the turns).
-pub fn from_config(config: &Config) -> Option<Arc<dyn Agent>> {
-    match config.agent {
-        AgentKind::Demo => Some(Arc::new(DemoAgent {
-            delay: Duration::from_millis(config.demo_delay_ms),
-        })),
-        AgentKind::Openai => Some(Arc::new(OpenAiAgent::with_options(
-            config.openai_base_url.clone(),
-            config.openai_model.clone(),
-            std::env::var("OPENAI_API_KEY").ok(),
-            openai_options(config),
-        ))),
-        AgentKind::Worker => None,
-    }
+/// A built-in agent, as the configuration names it (see [`crate::config::Config::builtin_agent`]).
+#[derive(Debug, Clone)]
+pub enum Builtin {
+    /// The demo agent, with no network.
+    Demo { delay: Duration },
+    /// An OpenAI-compatible endpoint.
+    Openai {
+        base_url: String,
+        model: String,
+        api_key: Option<String>,
+        options: OpenAiOptions,
+    },
 }
 
-/// The openai agent's options from the `--openai-*` flags.
-pub fn openai_options(config: &Config) -> OpenAiOptions {
-    OpenAiOptions {
-        system_prompt: config
-            .openai_system_prompt
-            .clone()
-            .or_else(|| config.openai_system_prompt_file.clone()),
-        max_tokens: config.openai_max_tokens,
-        temperature: config.openai_temperature,
-        include_usage: config.openai_include_usage,
-        idle_timeout: Duration::from_secs(config.openai_idle_timeout_secs.max(1)),
-        max_retries: config.openai_max_retries,
-        ..Default::default()
+impl Builtin {
+    /// The agent itself.
+    pub fn build(self) -> Arc<dyn Agent> {
+        match self {
+            Builtin::Demo { delay } => Arc::new(DemoAgent { delay }),
+            Builtin::Openai {
+                base_url,
+                model,
+                api_key,
+                options,
+            } => Arc::new(OpenAiAgent::with_options(base_url, model, api_key, options)),
+        }
     }
 }
 
@@ -116,75 +111,4 @@ pub struct AgentError(pub String);
 pub trait Agent: Send + Sync + 'static {
     fn run<'a>(&'a self, ctx: TurnContext, sink: TurnSink)
         -> BoxFuture<'a, Result<(), AgentError>>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{Cli, Command};
-    use clap::Parser;
-
-    #[test]
-    fn openai_flags_become_the_agent_options() -> Result<(), Box<dyn std::error::Error>> {
-        let defaults = openai_options(&Config::defaults());
-        assert_eq!(defaults.idle_timeout, Duration::from_secs(300));
-        assert_eq!(defaults.max_retries, 3);
-        assert!(defaults.include_usage);
-        assert_eq!(defaults.system_prompt, None);
-        assert_eq!(defaults.max_tokens, None);
-
-        let dir = tempfile::tempdir()?;
-        let prompt = dir.path().join("prompt.txt");
-        std::fs::write(&prompt, "You answer in French.\n")?;
-        let parsed = Cli::try_parse_from([
-            "turnstream",
-            "serve",
-            "--openai-system-prompt-file",
-            prompt.to_str().ok_or("path")?,
-            "--openai-max-tokens",
-            "512",
-            "--openai-temperature",
-            "0.2",
-            "--openai-idle-timeout-secs",
-            "30",
-            "--openai-max-retries",
-            "0",
-            "--openai-include-usage",
-            "false",
-        ])?;
-        let Command::Serve(c) = parsed.command else {
-            return Err("not `serve`".into());
-        };
-        let o = openai_options(&c);
-        assert_eq!(o.system_prompt.as_deref(), Some("You answer in French.\n"));
-        assert_eq!(o.max_tokens, Some(512));
-        assert_eq!(o.temperature, Some(0.2));
-        assert_eq!(o.idle_timeout, Duration::from_secs(30));
-        assert_eq!(o.max_retries, 0);
-        assert!(!o.include_usage);
-
-        // A prompt file that cannot be read stops the server at startup, naming the file.
-        let missing = dir.path().join("missing.txt");
-        let missing = missing.to_str().ok_or("path")?;
-        let error = Cli::try_parse_from([
-            "turnstream",
-            "serve",
-            "--openai-system-prompt-file",
-            missing,
-        ])
-        .err()
-        .ok_or("a missing prompt file parsed")?;
-        assert!(error.to_string().contains("missing.txt"), "{error}");
-        // The prompt and the prompt file exclude each other.
-        assert!(Cli::try_parse_from([
-            "turnstream",
-            "serve",
-            "--openai-system-prompt",
-            "x",
-            "--openai-system-prompt-file",
-            prompt.to_str().ok_or("path")?,
-        ])
-        .is_err());
-        Ok(())
-    }
 }

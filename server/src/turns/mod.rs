@@ -5,8 +5,8 @@
 //! under leases on a shared journal, or by worker processes.
 //!
 //! - [`mode`]: the mode, and what each mode does differently.
-//! - [`session`]: the per-session loop, and running one turn to its journaled end.
-//! - [`emit`] and [`coalesce`]: journaling what an agent emits, and the one delta coalescer
+//! - `session`: the per-session loop, and running one turn to its journaled end.
+//! - `emit` and [`coalesce`]: journaling what an agent emits, and the one delta coalescer
 //!   (also for workers' events).
 //! - [`lease`] and [`sweep`]: this server's leases and their renewal; the sweep that ends turns
 //!   whose lease ran out and wakes the sessions left waiting.
