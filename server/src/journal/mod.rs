@@ -11,29 +11,27 @@
 mod fanout;
 mod health;
 mod lease;
+mod leased_turns;
 mod payload;
 pub mod postgres;
 mod replay;
 mod retention;
 pub mod schema;
-mod server_turns;
 pub(crate) mod sql;
 mod sqlite;
 mod store;
-mod worker;
 mod writer;
 
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
 pub use lease::{Lease, LeaseError};
+pub use leased_turns::{Claim, Claimed, LeasedTurn, Refusal, WorkerOp};
 pub use payload::floor_char_boundary;
 pub use replay::{Encoder, Page, StreamStart};
 pub use retention::cleanup_loop;
-pub use server_turns::Claim;
 pub use sql::Backend;
 pub use sql::EventRow;
 pub use store::{Accepted, TurnRow};
-pub use worker::{Claimed, LeasedTurn, Refusal, WorkerOp};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -207,7 +205,7 @@ impl WriteCtx<'_> {
             let turn = turn_id.unwrap_or_default();
             let known = self.fences.iter().any(|(t, k)| t == turn && k == token);
             if !known {
-                if !server_turns::holds(self.conn, turn, token, self.now)? {
+                if !leased_turns::holds(self.conn, turn, token, self.now)? {
                     return Err(Error::LeaseLost);
                 }
                 self.fences.push((turn.to_string(), token.to_string()));
