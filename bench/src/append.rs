@@ -1,7 +1,7 @@
 //! Figure 1: durable append throughput and enqueue-to-durable latency.
 //!
 //! Three measurements of the same 200-byte events:
-//! - **journal path, in process**: the server library's own runner and journal writer, driven by
+//! - **journal path, in process**: the server library's own turn execution and journal writer, driven by
 //!   a bench agent in many concurrent turns (coalescing off, so each delta is one event). This is
 //!   the path every agent token takes, minus HTTP.
 //! - **end to end over HTTP**: the real binary, sessions posting `/echo` messages of 200-byte
@@ -21,7 +21,7 @@ use turnstream_server::hub::Hub;
 use turnstream_server::journal::{schema, Database, Journal, JournalOptions};
 use turnstream_server::live::LiveFeed;
 use turnstream_server::metrics::Metrics;
-use turnstream_server::runner::{Runner, RunnerConfig};
+use turnstream_server::turns::{Mode, Turns, TurnsConfig};
 
 use crate::prom::{bucket_delta, mean_delta, quantile, Scrape};
 use crate::stats::{unix_us, Samples};
@@ -97,7 +97,7 @@ impl InProcess {
     }
 }
 
-/// Runs `sessions` concurrent turns of `per_session` deltas each through the server's runner
+/// Runs `sessions` concurrent turns of `per_session` deltas each through the server's turn execution
 /// and journal. `pace_us` 0 = as fast as possible (throughput); otherwise one delta per
 /// `pace_us` per session (latency at an offered rate). `database_url`: the PostgreSQL database
 /// to journal in (`None`: a fresh SQLite file). On PostgreSQL a committed event reaches the hub
@@ -132,22 +132,22 @@ pub async fn in_process(
     .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
     let total = (sessions * per_session) as usize;
     let stamps: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
-    let runner = Runner::new(
+    let agent = Arc::new(BenchAgent {
+        stamps: stamps.clone(),
+    });
+    let turns = Turns::new(
         journal.clone(),
-        Arc::new(BenchAgent {
-            stamps: stamps.clone(),
-        }),
-        RunnerConfig {
+        Mode::new(Some(agent), journal.is_shared(), Duration::from_secs(30)),
+        TurnsConfig {
             coalesce: Duration::ZERO,
             max_concurrent_turns: sessions as usize,
             max_turns_per_client: sessions as usize,
-            turn_lease: Duration::from_secs(30),
         },
     );
-    runner
+    turns
         .start()
         .await
-        .map_err(|e| anyhow!("runner start: {e}"))?;
+        .map_err(|e| anyhow!("turns start: {e}"))?;
     let names: Vec<String> = (0..sessions).map(|s| format!("p{s}")).collect();
 
     // Committed frames reach the hub right after their commit: a subscriber there sees the
@@ -196,7 +196,7 @@ pub async fn in_process(
         r.map_err(|e| anyhow!("accept_message: {e}"))?;
     }
     for name in &names {
-        runner.kick(name);
+        turns.kick(name);
     }
     let deadline = Instant::now() + Duration::from_secs(600);
     while metrics.turns_ended.load(Ordering::Relaxed) < sessions {
@@ -210,7 +210,7 @@ pub async fn in_process(
     let after = Scrape::parse(&metrics.render());
     done.store(true, Ordering::Release);
     let emit_to_durable = collector.await.unwrap_or_default();
-    runner.shutdown(Duration::from_secs(5)).await;
+    turns.shutdown(Duration::from_secs(5)).await;
     // Joins the writer thread, which on PostgreSQL waits on this runtime: off its workers.
     let closing = journal.clone();
     tokio::task::spawn_blocking(move || closing.close()).await?;

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use tokio::sync::watch;
 
-use crate::report::{start, Peers, Row, Sizes};
+use crate::lineup::{start, Peers};
 use crate::stats::Samples;
 use crate::systems::{chunk_numbers, is_boundary, markers, Kind, Resume, System};
+use crate::table::{Row, Sizes};
 
 const READERS: usize = 5;
 const AWAY: Duration = Duration::from_millis(300);

@@ -7,6 +7,7 @@ mod compare;
 mod fanout;
 mod h2client;
 mod idle;
+mod lineup;
 mod peers;
 mod pg;
 mod procs;
@@ -20,6 +21,7 @@ mod scale;
 mod sse;
 mod stats;
 mod systems;
+mod table;
 mod tabs;
 mod upstream;
 

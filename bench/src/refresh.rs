@@ -28,8 +28,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::procs::{self, workspace_root};
-use crate::report::{Row, Sizes};
 use crate::stats::thousands;
+use crate::table::{Row, Sizes};
 
 /// Deltas in the turn when the first measured page opens.
 const DELTAS: u64 = 10_000;

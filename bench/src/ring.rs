@@ -66,7 +66,7 @@ pub async fn serve(listen: SocketAddr, capacity: usize) -> Result<()> {
         .route("/head/{s}", get(head))
         .with_state(state);
     // The same deep backlog turnstream uses, so a reconnect burst is compared fairly.
-    let listener = turnstream_server::bind(listen)?;
+    let listener = turnstream_server::serve::bind(listen)?;
     println!("ring listening on http://{}", listener.local_addr()?);
     // The same accept loop too, with no cap on connections per address (every bench client is
     // on loopback).

@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::procs::{self, workspace_root};
 use crate::refresh::{log_path, prerequisites, run_script, Skip};
-use crate::report::{Row, Sizes};
+use crate::table::{Row, Sizes};
 
 /// Sessions one stream carries (the server's limit, and the SDK's).
 const PER_STREAM: u64 = 32;

@@ -95,83 +95,51 @@ fn opt<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Optio
     }
 }
 
-/// An enum written as one of `names` (in variant order).
-fn variant<V: Value, T: Copy>(v: &V, key: &str, names: &[&str], values: &[T]) -> Option<T> {
-    let s = string(v, key)?;
-    let i = names.iter().position(|n| *n == s)?;
-    values.get(i).copied()
+/// An enum field, read by `parse` (`None` for a name it does not know).
+fn variant<V: Value, T>(v: &V, key: &str, parse: fn(&str) -> Option<T>) -> Option<T> {
+    parse(&string(v, key)?)
 }
 
-// ----- enums -----
-
-const TURN_STATES: [&str; 6] = [
-    "queued",
-    "running",
-    "completed",
-    "cancelled",
-    "failed",
-    "interrupted",
-];
-const TURN_STATE_VALUES: [TurnState; 6] = [
-    TurnState::Queued,
-    TurnState::Running,
-    TurnState::Completed,
-    TurnState::Cancelled,
-    TurnState::Failed,
-    TurnState::Interrupted,
-];
-const MESSAGE_STATUSES: [&str; 4] = ["complete", "interrupted", "cancelled", "failed"];
-const MESSAGE_STATUS_VALUES: [MessageStatus; 4] = [
-    MessageStatus::Complete,
-    MessageStatus::Interrupted,
-    MessageStatus::Cancelled,
-    MessageStatus::Failed,
-];
-const TOOL_STATUSES: [&str; 4] = ["started", "progress", "finished", "failed"];
-const TOOL_STATUS_VALUES: [ToolStatus; 4] = [
-    ToolStatus::Started,
-    ToolStatus::Progress,
-    ToolStatus::Finished,
-    ToolStatus::Failed,
-];
-const ROLES: [&str; 2] = ["user", "assistant"];
-const ROLE_VALUES: [WireRole; 2] = [WireRole::User, WireRole::Assistant];
-const RESYNC_REASONS: [&str; 4] = ["invalid", "epoch", "expired", "future"];
-const RESYNC_REASON_VALUES: [ResyncReason; 4] = [
-    ResyncReason::Invalid,
-    ResyncReason::Epoch,
-    ResyncReason::Expired,
-    ResyncReason::Future,
-];
-const USER_STATUSES: [&str; 3] = ["sending", "rejected", "sent"];
-const USER_STATUS_VALUES: [UserStatus; 3] =
-    [UserStatus::Sending, UserStatus::Rejected, UserStatus::Sent];
-const FINAL_SOURCES: [&str; 3] = ["lost", "state", "message"];
-const FINAL_SOURCE_VALUES: [FinalSource; 3] =
-    [FinalSource::Lost, FinalSource::State, FinalSource::Message];
-
-fn name_of<T: PartialEq>(value: T, names: &[&'static str], values: &[T]) -> &'static str {
-    values
-        .iter()
-        .position(|v| *v == value)
-        .and_then(|i| names.get(i).copied())
-        .unwrap_or_default()
-}
+// ----- enums: the protocol's own names (`as_str`, `parse`), and the SDK's -----
 
 pub fn turn_state_name(s: TurnState) -> &'static str {
-    name_of(s, &TURN_STATES, &TURN_STATE_VALUES)
+    s.as_str()
 }
 
 pub fn tool_status_name(s: ToolStatus) -> &'static str {
-    name_of(s, &TOOL_STATUSES, &TOOL_STATUS_VALUES)
-}
-
-fn message_status_name(s: MessageStatus) -> &'static str {
-    name_of(s, &MESSAGE_STATUSES, &MESSAGE_STATUS_VALUES)
+    s.as_str()
 }
 
 pub fn resync_reason_name(r: ResyncReason) -> &'static str {
-    name_of(r, &RESYNC_REASONS, &RESYNC_REASON_VALUES)
+    r.as_str()
+}
+
+fn user_status_name(s: UserStatus) -> &'static str {
+    match s {
+        UserStatus::Sending => "sending",
+        UserStatus::Rejected => "rejected",
+        UserStatus::Sent => "sent",
+    }
+}
+
+fn user_status(s: &str) -> Option<UserStatus> {
+    [UserStatus::Sending, UserStatus::Rejected, UserStatus::Sent]
+        .into_iter()
+        .find(|u| user_status_name(*u) == s)
+}
+
+fn final_source_name(s: FinalSource) -> &'static str {
+    match s {
+        FinalSource::Lost => "lost",
+        FinalSource::State => "state",
+        FinalSource::Message => "message",
+    }
+}
+
+fn final_source(s: &str) -> Option<FinalSource> {
+    [FinalSource::Lost, FinalSource::State, FinalSource::Message]
+        .into_iter()
+        .find(|f| final_source_name(*f) == s)
 }
 
 // ----- reading: the wire types -----
@@ -180,9 +148,9 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
     Some(Message {
         message_id: string(v, "message_id")?,
         client_message_id: opt_string(v, "client_message_id")?,
-        role: variant(v, "role", &ROLES, &ROLE_VALUES)?,
+        role: variant(v, "role", WireRole::parse)?,
         content: string(v, "content")?,
-        status: variant(v, "status", &MESSAGE_STATUSES, &MESSAGE_STATUS_VALUES)?,
+        status: variant(v, "status", MessageStatus::parse)?,
         turn_id: opt_string(v, "turn_id")?,
         created_at: int(v, "created_at")?,
         event_id: string(v, "event_id")?,
@@ -194,7 +162,7 @@ pub fn tool_call<V: Value>(v: &V) -> Option<ToolCall> {
     Some(ToolCall {
         call_id: string(v, "call_id")?,
         name: string(v, "name")?,
-        status: variant(v, "status", &TOOL_STATUSES, &TOOL_STATUS_VALUES)?,
+        status: variant(v, "status", ToolStatus::parse)?,
         input_preview: opt_string(v, "input_preview")?,
         output_preview: opt_string(v, "output_preview")?,
     })
@@ -224,7 +192,7 @@ pub fn event<V: Value>(v: &V) -> Option<Event> {
             delta: string(v, "delta")?,
         },
         "turn_ended" => EventBody::TurnEnded {
-            state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+            state: variant(v, "state", TurnState::parse)?,
             message: opt(v, "message", message)?,
             error: opt_string(v, "error")?,
         },
@@ -244,7 +212,7 @@ fn active_turn<V: Value>(v: &V) -> Option<ActiveTurn> {
     Some(ActiveTurn {
         turn_id: string(v, "turn_id")?,
         session_id: string(v, "session_id")?,
-        state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+        state: variant(v, "state", TurnState::parse)?,
         thinking: string(v, "thinking")?,
         tools: list(v, "tools", tool_call)?,
         text: string(v, "text")?,
@@ -260,7 +228,7 @@ pub fn snapshot<V: Value>(v: &V) -> Option<Snapshot> {
 
 pub fn resync<V: Value>(v: &V) -> Option<ResyncRequired> {
     Some(ResyncRequired {
-        reason: variant(v, "reason", &RESYNC_REASONS, &RESYNC_REASON_VALUES)?,
+        reason: variant(v, "reason", ResyncReason::parse)?,
     })
 }
 
@@ -280,7 +248,7 @@ pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
     Some(TurnInfo {
         turn_id: string(v, "turn_id")?,
         session_id: string(v, "session_id")?,
-        state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+        state: variant(v, "state", TurnState::parse)?,
         created_at: int(v, "created_at")?,
         started_at: opt_int(v, "started_at")?,
         ended_at: opt_int(v, "ended_at")?,
@@ -306,7 +274,7 @@ pub fn post_response<V: Value>(v: &V) -> Option<PostMessageResponse> {
 pub fn cancel_response<V: Value>(v: &V) -> Option<CancelResponse> {
     Some(CancelResponse {
         turn_id: string(v, "turn_id")?,
-        state: variant(v, "state", &TURN_STATES, &TURN_STATE_VALUES)?,
+        state: variant(v, "state", TurnState::parse)?,
     })
 }
 
@@ -340,7 +308,7 @@ fn user_entry<V: Value>(v: &V) -> Option<UserEntry> {
         content: string(v, "content")?,
         created_at: int(v, "created_at")?,
         seq: opt_int(v, "seq")?,
-        status: variant(v, "status", &USER_STATUSES, &USER_STATUS_VALUES)?,
+        status: variant(v, "status", user_status)?,
         error: opt(v, "error", entry_error)?,
         from_server: boolean(v, "from_server")?,
         send_order: u64::try_from(int(v, "send_order")?).ok()?,
@@ -360,8 +328,8 @@ fn progress<V: Value>(v: &V) -> Option<Progress> {
 
 fn final_of<V: Value>(v: &V) -> Option<Final> {
     Some(Final {
-        status: variant(v, "status", &MESSAGE_STATUSES, &MESSAGE_STATUS_VALUES)?,
-        source: variant(v, "source", &FINAL_SOURCES, &FINAL_SOURCE_VALUES)?,
+        status: variant(v, "status", MessageStatus::parse)?,
+        source: variant(v, "source", final_source)?,
         message_id: opt_string(v, "message_id")?,
         content: string(v, "content")?,
         truncated: boolean(v, "truncated")?,
@@ -600,7 +568,7 @@ fn write_message(out: &mut String, m: &Message) {
             },
         )
         .str("content", &m.content)
-        .str("status", message_status_name(m.status))
+        .str("status", m.status.as_str())
         .opt_str("turn_id", m.turn_id.as_deref())
         .int("created_at", m.created_at)
         .str("event_id", &m.event_id)
@@ -666,10 +634,7 @@ fn write_user(out: &mut String, u: &UserEntry) {
         .str("content", &u.content)
         .int("created_at", u.created_at)
         .opt_int("seq", u.seq)
-        .str(
-            "status",
-            name_of(u.status, &USER_STATUSES, &USER_STATUS_VALUES),
-        );
+        .str("status", user_status_name(u.status));
     match &u.error {
         Some(e) => write_error(o.key("error"), &e.code, &e.message),
         None => o.key("error").push_str("null"),
@@ -695,11 +660,8 @@ fn write_progress(out: &mut String, p: &Progress) {
 
 fn write_final(out: &mut String, f: &Final) {
     Obj::new(out)
-        .str("status", message_status_name(f.status))
-        .str(
-            "source",
-            name_of(f.source, &FINAL_SOURCES, &FINAL_SOURCE_VALUES),
-        )
+        .str("status", f.status.as_str())
+        .str("source", final_source_name(f.source))
         .opt_str("message_id", f.message_id.as_deref())
         .str("content", &f.content)
         .bool("truncated", f.truncated)

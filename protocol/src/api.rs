@@ -15,6 +15,23 @@ pub enum Role {
     Assistant,
 }
 
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            _ => return None,
+        })
+    }
+}
+
 /// Status of a message in history. Assistant messages are written by the server only, once, when
 /// their turn ends.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

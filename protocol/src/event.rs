@@ -97,6 +97,27 @@ pub enum ToolStatus {
     Failed,
 }
 
+impl ToolStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Started => "started",
+            ToolStatus::Progress => "progress",
+            ToolStatus::Finished => "finished",
+            ToolStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "started" => ToolStatus::Started,
+            "progress" => ToolStatus::Progress,
+            "finished" => ToolStatus::Finished,
+            "failed" => ToolStatus::Failed,
+            _ => return None,
+        })
+    }
+}
+
 /// A string field cut to fit the payload cap.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,6 +264,16 @@ impl ResyncReason {
             ResyncReason::Future => "future",
         }
     }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "invalid" => ResyncReason::Invalid,
+            "epoch" => ResyncReason::Epoch,
+            "expired" => ResyncReason::Expired,
+            "future" => ResyncReason::Future,
+            _ => return None,
+        })
+    }
 }
 
 /// Body of `event: history_resync_required` (sent without an `id:` line, then the stream closes).
@@ -271,6 +302,41 @@ pub struct TokenExpired {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `as_str` and `parse` say each variant's wire name, as serde writes it.
+    fn check_names<T: Serialize + PartialEq + std::fmt::Debug + Copy>(
+        all: &[T],
+        name: fn(T) -> &'static str,
+        parse: fn(&str) -> Option<T>,
+    ) {
+        for &v in all {
+            assert_eq!(serde_json::to_value(v).expect("serializes"), json!(name(v)));
+            assert_eq!(parse(name(v)), Some(v));
+        }
+        assert_eq!(parse("nope"), None);
+    }
+
+    #[test]
+    fn enum_names_are_their_wire_names() {
+        use crate::api::{MessageStatus, Role};
+        use TurnState::*;
+        let states = [Queued, Running, Completed, Cancelled, Failed, Interrupted];
+        check_names(&states, TurnState::as_str, TurnState::parse);
+        use ToolStatus::{Failed as ToolFailed, Finished, Progress, Started};
+        let tools = [Started, Progress, Finished, ToolFailed];
+        check_names(&tools, ToolStatus::as_str, ToolStatus::parse);
+        use ResyncReason::*;
+        let reasons = [Invalid, Epoch, Expired, Future];
+        check_names(&reasons, ResyncReason::as_str, ResyncReason::parse);
+        let statuses = [
+            MessageStatus::Complete,
+            MessageStatus::Interrupted,
+            MessageStatus::Cancelled,
+            MessageStatus::Failed,
+        ];
+        check_names(&statuses, MessageStatus::as_str, MessageStatus::parse);
+        check_names(&[Role::User, Role::Assistant], Role::as_str, Role::parse);
+    }
 
     #[test]
     fn event_json_shape() {

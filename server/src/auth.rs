@@ -237,11 +237,6 @@ impl Authenticator {
         !(self.secrets.is_empty() && self.public_keys.is_empty() && self.service_keys.is_empty())
     }
 
-    /// Whether tokens (not only service keys) can be verified.
-    pub fn verifies_tokens(&self) -> bool {
-        !(self.secrets.is_empty() && self.public_keys.is_empty())
-    }
-
     /// Who presents `credential` (a token or a service key), at `now`.
     pub fn authenticate(
         &self,

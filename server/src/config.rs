@@ -301,6 +301,23 @@ impl Config {
         Duration::from_secs(self.heartbeat_secs.max(1))
     }
 
+    /// The built-in agent `--agent` names, with what it needs; `None` with `--agent worker`
+    /// (worker processes run the turns).
+    pub fn builtin_agent(&self) -> Option<crate::agent::Builtin> {
+        match self.agent {
+            AgentKind::Demo => Some(crate::agent::Builtin::Demo {
+                delay: Duration::from_millis(self.demo_delay_ms),
+            }),
+            AgentKind::Openai => Some(crate::agent::Builtin::Openai {
+                base_url: self.openai_base_url.clone(),
+                model: self.openai_model.clone(),
+                api_key: std::env::var("OPENAI_API_KEY").ok(),
+                options: self.openai_options(),
+            }),
+            AgentKind::Worker => None,
+        }
+    }
+
     /// The openai agent's options from the `--openai-*` flags.
     pub fn openai_options(&self) -> crate::agent::openai::OpenAiOptions {
         crate::agent::openai::OpenAiOptions {

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::lock;
 use crate::metrics::Metrics;
+use crate::mutex::lock;
 
 /// Frames a subscriber may have queued before it is flagged lagged.
 pub const SUBSCRIBER_QUEUE: usize = 1024;

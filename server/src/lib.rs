@@ -1,106 +1,90 @@
 //! turnstream's server: a durable, ordered journal of everything a browser shows during a chat
-//! turn, a turn runner that drives agents, and one SSE gateway that delivers the journal.
+//! turn, turn execution that drives agents (or hands turns to worker processes), and one SSE
+//! gateway that delivers the journal.
 //!
 //! # Layout
-//! - [`journal`]: storage (history, event journal, turns projection, floors) in SQLite or
-//!   PostgreSQL behind one seam (`journal::sql`), the writer thread with group commit, stream
-//!   reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed to a
-//!   [`journal::FanOut`].
+//! The crate root only assembles ([`run`], [`run_configured`]); each module below names only
+//! modules it depends on, with no import circle (`tests/layout.rs` checks it).
+//! - [`gateway`]: the HTTP routes, access control and the SSE stream. Reads and appends through
+//!   the journal's and [`turns`]'s APIs only.
+//! - [`turns`]: turn execution in one [`turns::Mode`] (this server's agent on one node, under
+//!   leases on a shared PostgreSQL journal, or worker processes): the per-session FIFO loop,
+//!   emitting through one delta coalescer, lease renewal and the expiry sweep, worker dispatch,
+//!   fair slots, cancel and shutdown.
+//! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`). Agents know
+//!   nothing of storage.
+//! - [`journal`]: storage (history, event journal, turns projection, floors, leased turns) in
+//!   SQLite or PostgreSQL behind one seam (`journal::sql`), the writer thread with group commit,
+//!   stream reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed
+//!   to a [`journal::FanOut`].
 //! - [`live`]: the fan-out the server uses: encodes each committed event once and hands it to
 //!   the [`hub`], which delivers it to subscribers (with lag detection) and keeps the replay tail.
 //! - [`frames`]: SSE framing, in one place (live, replay and the stream's own events).
-//! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`).
-//! - [`runner`]: per-session FIFO turn scheduling, coalescing, cancel and shutdown.
-//! - [`worker`] and [`lease`]: turns run by worker processes (`--agent worker`) under leases.
-//! - [`cluster`]: turns run under leases by servers sharing a PostgreSQL journal.
-//! - [`gateway`]: the HTTP routes and the SSE stream.
-//! - [`config`]: command-line and environment configuration.
-//! - [`serve`] and [`edge`]: the accept loop and its connection-level limits (deadlines for
-//!   request headers and bodies, connections per address, JSON for hyper's own answers), and
+//! - [`auth`]: tokens and service keys; [`metrics`]: the Prometheus counters.
+//! - [`config`]: command-line and environment configuration, mapped to each component's options.
+//! - [`serve`] and [`edge`]: binding, the accept loop and its connection-level limits (deadlines
+//!   for request headers and bodies, connections per address, JSON for hyper's own answers), and
 //!   connections opened for an event stream, served without hyper's buffers.
 //! - [`tls`]: HTTPS with `--tls-cert`/`--tls-key`, HTTP/2 and HTTP/1.1 by ALPN.
 //! - [`logging`]: text or JSON log lines, and the per-request and per-turn targets.
+//! - Leaves: [`clock`] (the time the journal stamps, moved by hand in tests), `backoff` (the one
+//!   doubling wait), `ids` (the one random id generator), `mutex` (locking through poison).
 
 pub mod agent;
 pub mod auth;
-pub mod cluster;
+mod backoff;
+pub mod clock;
 pub mod config;
 pub mod edge;
 pub mod error;
 pub mod frames;
 pub mod gateway;
 pub mod hub;
+mod ids;
 pub mod journal;
-pub mod lease;
 pub mod live;
 pub mod logging;
 pub mod metrics;
-pub mod runner;
+mod mutex;
 pub mod serve;
-pub mod slots;
 pub mod tls;
-pub mod worker;
+pub mod turns;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{demo::DemoAgent, openai::OpenAiAgent, worker::WorkerAgent, Agent};
+use crate::agent::Agent;
 use crate::config::{AgentKind, Config};
 use crate::error::Result;
 use crate::journal::Journal;
-use crate::runner::{Runner, RunnerConfig};
-
-/// Locks a mutex, taking the data even if a panic poisoned it: every lock in this crate guards
-/// state that single inserts and removes keep consistent, so a panic elsewhere leaves it usable.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Listen backlog: a reconnect storm must not overflow it (each dropped SYN costs a client 1 s).
-pub const LISTEN_BACKLOG: u32 = 4096;
-
-/// Binds `addr` with a deep listen backlog.
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
-}
+use crate::turns::{Mode, Turns, TurnsConfig};
 
 /// How long shutdown waits for connections to close once their streams have ended.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
-/// The agent a configuration asks for.
-pub fn agent_from_config(config: &Config) -> Arc<dyn Agent> {
-    match config.agent {
-        AgentKind::Demo => Arc::new(DemoAgent {
-            delay: Duration::from_millis(config.demo_delay_ms),
-        }),
-        AgentKind::Openai => Arc::new(OpenAiAgent::with_options(
-            config.openai_base_url.clone(),
-            config.openai_model.clone(),
-            std::env::var("OPENAI_API_KEY").ok(),
-            config.openai_options(),
-        )),
-        AgentKind::Worker => Arc::new(WorkerAgent),
-    }
-}
-
-/// Runs the server on `listener` until `shutdown` resolves, then shuts down gracefully: stop
-/// accepting, let running turns finish for the grace period (streams keep delivering them), end
-/// the rest `interrupted`, close the streams, and flush the journal.
+/// Runs the server with `agent` running its turns ([`run_configured`] with an agent of one's
+/// own, where the binary builds [`config::Config::builtin_agent`]); with `--agent worker` in `config`, worker processes run them and `agent` is not used.
 pub async fn run(
     config: Config,
     agent: Arc<dyn Agent>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let agent = (config.agent != AgentKind::Worker).then_some(agent);
+    run_configured(config, agent, listener, shutdown).await
+}
+
+/// Runs the server on `listener` until `shutdown` resolves, its turns run by `agent` (`None`:
+/// by worker processes), then shuts down gracefully: stop accepting, let running turns finish
+/// for the grace period (streams keep delivering them), end the rest `interrupted`, close the
+/// streams, and flush the journal.
+pub async fn run_configured(
+    config: Config,
+    agent: Option<Arc<dyn Agent>>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
@@ -118,30 +102,30 @@ pub async fn run(
         metrics,
         journal::JournalOptions {
             busy_timeout: config.busy_timeout(),
+            ..Default::default()
         },
         live::LiveFeed::new(hub.clone()),
     )
     .await?;
-    let runner_config = RunnerConfig {
-        coalesce: config.coalesce(),
-        max_concurrent_turns: config.max_concurrent_turns,
-        max_turns_per_client: config.turns_per_client(),
-        turn_lease: Duration::from_secs(config.worker_lease_secs),
-    };
-    let runner = match config.agent {
-        AgentKind::Worker => Runner::for_workers(
-            journal.clone(),
-            agent,
-            runner_config,
-            Duration::from_secs(config.worker_lease_secs),
-        ),
-        _ => Runner::new(journal.clone(), agent, runner_config),
-    };
-    runner.start().await?;
+    let mode = Mode::new(
+        agent,
+        journal.is_shared(),
+        Duration::from_secs(config.worker_lease_secs),
+    );
+    let turns = Turns::new(
+        journal.clone(),
+        mode,
+        TurnsConfig {
+            coalesce: config.coalesce(),
+            max_concurrent_turns: config.max_concurrent_turns,
+            max_turns_per_client: config.turns_per_client(),
+        },
+    );
+    turns.start().await?;
     let state = gateway::AppState {
         journal: journal.clone(),
         hub: hub.clone(),
-        runner: runner.clone(),
+        turns: turns.clone(),
         limits: Arc::new(gateway::Limits {
             heartbeat: config.heartbeat(),
             max_streams: config.max_streams,
@@ -155,7 +139,7 @@ pub async fn run(
     };
     let app = gateway::router(state, config.www.as_deref(), &config.cors_origins);
 
-    let cleanup = tokio::spawn(cleanup_loop(
+    let cleanup = tokio::spawn(journal::cleanup_loop(
         journal.clone(),
         Duration::from_secs(config.retention_secs),
         Duration::from_secs(config.cleanup_interval_secs.max(1)),
@@ -181,7 +165,7 @@ pub async fn run(
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");
     stop_accepting.cancel();
-    runner
+    turns
         .shutdown(Duration::from_secs(config.shutdown_grace_secs))
         .await;
     // Streams send what was committed and queued for them, then end.
@@ -199,18 +183,4 @@ pub async fn run(
     journal.close();
     tracing::info!("stopped");
     Ok(())
-}
-
-async fn cleanup_loop(journal: Journal, retention: Duration, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let cutoff = journal::now_ms() - retention.as_millis() as i64;
-        match journal.cleanup(cutoff).await {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(deleted = n, "retention cleanup"),
-            Err(e) => tracing::warn!(error = %e, "retention cleanup failed"),
-        }
-    }
 }

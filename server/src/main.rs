@@ -22,10 +22,11 @@ async fn main() -> anyhow::Result<()> {
     };
     // Every connection is a descriptor: take all the system allows before accepting any.
     turnstream_server::edge::nofile::raise_and_log();
-    if let Some(warning) = turnstream_server::edge::open_access::warning(
-        config.listen,
-        turnstream_server::edge::open_access::auth_configured(&config),
-    ) {
+    // Keys that cannot be read stop the server in `run`, with the error; no warning here.
+    let auth_enabled = config.authenticator().map_or(true, |auth| auth.enabled());
+    if let Some(warning) =
+        turnstream_server::edge::open_access::warning(config.listen, auth_enabled)
+    {
         tracing::warn!("{warning}");
     }
     // A certificate or key that cannot be served stops the server here, before it says it is
@@ -34,7 +35,7 @@ async fn main() -> anyhow::Result<()> {
         Some(_) => "https",
         None => "http",
     };
-    let listener = turnstream_server::bind(config.listen)
+    let listener = turnstream_server::serve::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
     // One machine-readable line on stdout, so scripts and tests learn the port (with --listen :0).
@@ -42,8 +43,8 @@ async fn main() -> anyhow::Result<()> {
     writeln!(out, "turnstream listening on {scheme}://{addr}")?;
     out.flush()?;
     tracing::info!(%addr, %scheme, db = %config.database(), agent = ?config.agent, "serving");
-    let agent = turnstream_server::agent_from_config(&config);
-    turnstream_server::run(config, agent, listener, shutdown_signal())
+    let agent = config.builtin_agent().map(|a| a.build());
+    turnstream_server::run_configured(config, agent, listener, shutdown_signal())
         .await
         .context("server failed")?;
     Ok(())

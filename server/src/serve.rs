@@ -1,4 +1,4 @@
-//! The accept loop: hyper's HTTP/1 connection (and, over TLS, its HTTP/2 connection) driving
+//! Binding the listener (with a deep backlog) and the accept loop: hyper's HTTP/1 connection (and, over TLS, its HTTP/2 connection) driving
 //! the axum router directly.
 //!
 //! `axum::serve` rebuilds the router's route table for every connection (its make-service
@@ -33,7 +33,7 @@ use hyper::Request;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -43,6 +43,21 @@ use crate::edge::event_stream::{self, First};
 use crate::edge::parse_errors::{ParseErrorJson, MAX_REQUEST_HEAD_BYTES};
 use crate::edge::peer_limit::{self, PeerLimit};
 use crate::edge::ConnLimits;
+
+/// Listen backlog: a reconnect storm must not overflow it (each dropped SYN costs a client 1 s).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds `addr` with a deep listen backlog.
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// Streams one HTTP/2 connection may have open at once. A browser puts every tab's requests
 /// and SSE streams for an origin on one connection, so this is well above the streams one client

@@ -62,7 +62,7 @@ async fn a_custom_agent_runs_and_a_panicking_one_fails_only_its_turn() -> TestRe
     let dir = tempfile::tempdir()?;
     let mut config = Config::defaults();
     config.db = dir.path().join("embedded.db");
-    let listener = turnstream_server::bind("127.0.0.1:0".parse()?)?;
+    let listener = turnstream_server::serve::bind("127.0.0.1:0".parse()?)?;
     let url = format!("http://{}", listener.local_addr()?);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(turnstream_server::run(

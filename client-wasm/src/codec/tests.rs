@@ -165,7 +165,14 @@ fn wire_types_read_as_serde_reads_them() {
             serde_json::to_value(reason).expect("json")
         );
     }
-    for state in TURN_STATE_VALUES {
+    for state in [
+        TurnState::Queued,
+        TurnState::Running,
+        TurnState::Completed,
+        TurnState::Cancelled,
+        TurnState::Failed,
+        TurnState::Interrupted,
+    ] {
         assert_eq!(
             json!(turn_state_name(state)),
             serde_json::to_value(state).expect("json")
@@ -389,4 +396,24 @@ fn relay_messages_round_trip() {
         panic!("an older leader's state reads")
     };
     assert_eq!(streams[0].last, None);
+}
+
+#[test]
+fn the_sdks_own_enum_names_are_their_serde_names() {
+    for s in [UserStatus::Sending, UserStatus::Rejected, UserStatus::Sent] {
+        assert_eq!(
+            json!(user_status_name(s)),
+            serde_json::to_value(s).expect("json")
+        );
+        assert_eq!(user_status(user_status_name(s)), Some(s));
+    }
+    for f in [FinalSource::Lost, FinalSource::State, FinalSource::Message] {
+        assert_eq!(
+            json!(final_source_name(f)),
+            serde_json::to_value(f).expect("json")
+        );
+        assert_eq!(final_source(final_source_name(f)), Some(f));
+    }
+    assert_eq!(user_status("nope"), None);
+    assert_eq!(final_source("nope"), None);
 }

@@ -1,13 +1,47 @@
 //! Agents: what produces a turn's thinking, tool calls and reply. They know nothing of storage;
-//! they emit through the [`TurnSink`] the turn runner hands them.
+//! they emit through the [`TurnSink`] turn execution ([`crate::turns`]) hands them.
 
 pub mod demo;
 pub mod openai;
-pub mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use turnstream_protocol::{Message, ToolCall, Usage};
+
+use demo::DemoAgent;
+use openai::{OpenAiAgent, OpenAiOptions};
+
+/// A built-in agent, as the configuration names it (see [`crate::config::Config::builtin_agent`]).
+#[derive(Debug, Clone)]
+pub enum Builtin {
+    /// The demo agent, with no network.
+    Demo { delay: Duration },
+    /// An OpenAI-compatible endpoint.
+    Openai {
+        base_url: String,
+        model: String,
+        api_key: Option<String>,
+        options: OpenAiOptions,
+    },
+}
+
+impl Builtin {
+    /// The agent itself.
+    pub fn build(self) -> Arc<dyn Agent> {
+        match self {
+            Builtin::Demo { delay } => Arc::new(DemoAgent { delay }),
+            Builtin::Openai {
+                base_url,
+                model,
+                api_key,
+                options,
+            } => Arc::new(OpenAiAgent::with_options(base_url, model, api_key, options)),
+        }
+    }
+}
 
 /// What an agent is given for one turn.
 #[derive(Debug, Clone)]
@@ -30,14 +64,14 @@ pub enum Emission {
     Usage(Usage),
 }
 
-/// Where an agent sends its output. Sending never blocks; the runner journals (and coalesces) it.
+/// Where an agent sends its output. Sending never blocks; turn execution journals (and coalesces) it.
 #[derive(Debug, Clone)]
 pub struct TurnSink {
     tx: mpsc::UnboundedSender<Emission>,
 }
 
 impl TurnSink {
-    /// A sink and the receiving end the runner drains.
+    /// A sink and the receiving end turn execution drains.
     pub fn channel() -> (TurnSink, mpsc::UnboundedReceiver<Emission>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (TurnSink { tx }, rx)

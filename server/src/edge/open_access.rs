@@ -4,20 +4,10 @@
 
 use std::net::SocketAddr;
 
-use crate::config::Config;
-
-/// Whether any credential is configured (a token secret or public key, or a service key).
-pub fn auth_configured(config: &Config) -> bool {
-    !(config.auth_secrets.is_empty()
-        && config.auth_secret_files.is_empty()
-        && config.auth_public_keys.is_empty()
-        && config.service_keys.is_empty())
-}
-
 /// The warning to log at start-up, if `listen` is reachable from other machines and no
-/// authentication is configured.
-pub fn warning(listen: SocketAddr, auth_configured: bool) -> Option<String> {
-    if auth_configured || listen.ip().is_loopback() {
+/// authentication is configured (`auth_enabled`: [`crate::auth::Authenticator::enabled`]).
+pub fn warning(listen: SocketAddr, auth_enabled: bool) -> Option<String> {
+    if auth_enabled || listen.ip().is_loopback() {
         return None;
     }
     Some(format!(

@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::lock;
+use crate::mutex::lock;
 
 /// Counts open connections per IP address.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! The HTTP API: routes, validation and the stable JSON error shape. It reads and appends only
-//! through the journal's and the runner's APIs.
+//! through the journal's and turn execution's ([`crate::turns`]) APIs.
 
 mod access;
 mod error;
@@ -25,7 +25,7 @@ use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer, ExposeHeaders};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
     MAX_REQUEST_BODY_BYTES,
@@ -36,7 +36,7 @@ use turnstream_protocol::{
 
 use crate::auth::{Authenticator, Principal, Scope, MAX_SUB_BYTES};
 use crate::journal::Journal;
-use crate::runner::Runner;
+use crate::turns::Turns;
 
 /// Limits and timings the gateway enforces.
 #[derive(Debug, Clone)]
@@ -53,7 +53,7 @@ pub struct AppState {
     pub journal: Journal,
     /// Live fan-out of committed events, and the replay tail.
     pub hub: Arc<crate::hub::Hub>,
-    pub runner: Arc<Runner>,
+    pub turns: Arc<Turns>,
     pub limits: Arc<Limits>,
     /// Tokens and service keys; with none configured every request is allowed (contract v1).
     pub auth: Arc<Authenticator>,
@@ -134,7 +134,10 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
                 header::AUTHORIZATION,
                 HeaderName::from_static("last-event-id"),
             ])
-            .expose_headers([HeaderName::from_static("x-turnstream-cursor")])
+            // The one cursor header name: a constant the parse cannot refuse.
+            .expose_headers(ExposeHeaders::list(
+                HeaderName::from_bytes(CURSOR_HEADER.as_bytes()).ok(),
+            ))
             .max_age(Duration::from_secs(600)),
     )
 }
@@ -201,7 +204,7 @@ async fn post_message(
             ));
         }
     }
-    if state.runner.is_stopping() {
+    if state.turns.is_stopping() {
         return Err(crate::error::Error::ShuttingDown.into());
     }
     let client = access::client_key(&principal, peer.as_ref().map(|Extension(c)| c));
@@ -222,9 +225,9 @@ async fn post_message(
         .await?;
     let status = if accepted.created {
         if let Some(client) = client {
-            state.runner.note_client(&accepted.response.turn_id, client);
+            state.turns.note_client(&accepted.response.turn_id, client);
         }
-        state.runner.kick(&session);
+        state.turns.kick(&session);
         StatusCode::ACCEPTED
     } else {
         StatusCode::OK
@@ -337,7 +340,7 @@ async fn cancel(
         };
         access::require(&principal, Scope::Cancel, &row.session_id)?;
     }
-    let state_after = state.runner.cancel(&turn).await?;
+    let state_after = state.turns.cancel(&turn).await?;
     Ok(Json(CancelResponse {
         turn_id: turn,
         state: state_after,
@@ -368,7 +371,7 @@ async fn healthz() -> Response {
 /// journal writes reached the disk: while writes fail, a balancer should send traffic elsewhere.
 /// The journal probes failing storage by itself, so this turns back to 200 without a restart.
 async fn readyz(State(state): State<AppState>) -> Result<Response, AppError> {
-    if state.runner.is_stopping() {
+    if state.turns.is_stopping() {
         return Err(crate::error::Error::ShuttingDown.into());
     }
     if let Some(failing) = state.journal.write_health().failing() {

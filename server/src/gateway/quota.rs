@@ -10,7 +10,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::AppError;
-use crate::lock;
+use crate::mutex::lock;
 
 /// Clients remembered by the rate limiter before full buckets (clients that have not posted for
 /// a minute, the same as never seen) are swept out.

@@ -20,8 +20,8 @@ use super::error::AppError;
 use super::{id_param, AppState};
 use crate::auth::Principal;
 use crate::journal::{Refusal, WorkerOp};
-use crate::runner::AGENT_HISTORY;
-use crate::worker::{coalesce, Dispatch};
+use crate::turns::coalesce::worker_events;
+use crate::turns::{Dispatch, AGENT_HISTORY};
 
 /// Longest lease token accepted (a real one is 36 characters).
 const MAX_LEASE_TOKEN_LEN: usize = 128;
@@ -57,7 +57,7 @@ fn admit<'a>(state: &'a AppState, principal: &Principal) -> Result<&'a Dispatch,
             ))
         }
     }
-    state.runner.workers().map(|d| &**d).ok_or_else(|| {
+    state.turns.mode().workers().ok_or_else(|| {
         AppError::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -98,7 +98,7 @@ async fn claim(
         let ready = dispatch.ready();
         tokio::pin!(ready);
         ready.as_mut().enable();
-        if state.runner.is_stopping() {
+        if state.turns.is_stopping() {
             return Ok(Json(ClaimResponse { turns: Vec::new() }).into_response());
         }
         let claimed = state
@@ -260,7 +260,7 @@ async fn events(
     }
     let op = WorkerOp::Events {
         seq: req.seq,
-        events: coalesce(req.events),
+        events: worker_events(req.events),
     };
     act(&state, dispatch, &turn, &req.lease, op).await
 }

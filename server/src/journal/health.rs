@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::error::{Error, StorageFault};
-use crate::lock;
 use crate::metrics::Metrics;
+use crate::mutex::lock;
 
 /// The latest write attempts failed: since when, and how.
 #[derive(Debug, Clone)]

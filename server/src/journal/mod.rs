@@ -10,27 +10,28 @@
 
 mod fanout;
 mod health;
+mod lease;
+mod leased_turns;
 mod payload;
 pub mod postgres;
 mod replay;
 mod retention;
 pub mod schema;
-mod server_turns;
 pub(crate) mod sql;
 mod sqlite;
 mod store;
-mod worker;
 mod writer;
 
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
+pub use lease::{Lease, LeaseError};
+pub use leased_turns::{Claim, Claimed, LeasedTurn, Refusal, WorkerOp};
 pub use payload::floor_char_boundary;
 pub use replay::{Encoder, Page, StreamStart};
-pub use server_turns::Claim;
+pub use retention::cleanup_loop;
 pub use sql::Backend;
 pub use sql::EventRow;
 pub use store::{Accepted, TurnRow};
-pub use worker::{Claimed, LeasedTurn, Refusal, WorkerOp};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -41,9 +42,10 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use turnstream_protocol::{Cursor, EventBody};
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::lock;
 use crate::metrics::Metrics;
+use crate::mutex::lock;
 use sql::Sql;
 use writer::{Job, Publish, WriteConn, Writer};
 
@@ -57,12 +59,15 @@ pub struct JournalOptions {
     /// How long a statement waits for a lock another connection holds before it fails with
     /// "database is locked" (SQLite's busy timeout), on every connection.
     pub busy_timeout: Duration,
+    /// The time of day every write is stamped with (and lease expiry is judged by).
+    pub clock: Clock,
 }
 
 impl Default for JournalOptions {
     fn default() -> Self {
         JournalOptions {
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            clock: Clock::system(),
         }
     }
 }
@@ -134,6 +139,7 @@ struct Inner {
     /// The last committed event id; only ever grows.
     head: Arc<AtomicI64>,
     health: Arc<WriteHealth>,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Journal {
@@ -199,7 +205,7 @@ impl WriteCtx<'_> {
             let turn = turn_id.unwrap_or_default();
             let known = self.fences.iter().any(|(t, k)| t == turn && k == token);
             if !known {
-                if !server_turns::holds(self.conn, turn, token, self.now)? {
+                if !leased_turns::holds(self.conn, turn, token, self.now)? {
                     return Err(Error::LeaseLost);
                 }
                 self.fences.push((turn.to_string(), token.to_string()));
@@ -228,13 +234,6 @@ impl WriteCtx<'_> {
     pub fn cursor(&self, seq: i64) -> String {
         Cursor::new(self.epoch, seq).to_string()
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl Journal {
@@ -270,7 +269,7 @@ impl Journal {
             Readers::Sqlite(sqlite::Readers::new(path, options.busy_timeout)),
             None,
             metrics,
-            options.busy_timeout,
+            &options,
         )
     }
 
@@ -315,7 +314,7 @@ impl Journal {
             Readers::Postgres(postgres::Readers::new(pool, rt)),
             Some(tail),
             metrics,
-            options.busy_timeout,
+            &options,
         )
     }
 
@@ -330,7 +329,7 @@ impl Journal {
         readers: Readers,
         tail: Option<postgres::Tail>,
         metrics: Arc<Metrics>,
-        busy_timeout: Duration,
+        options: &JournalOptions,
     ) -> Result<Journal> {
         let health = Arc::new(WriteHealth::new(metrics.clone()));
         let (tx, rx) = std_mpsc::channel::<Job>();
@@ -346,7 +345,8 @@ impl Journal {
             metrics: metrics.clone(),
             head: head.clone(),
             health: health.clone(),
-            busy_timeout,
+            busy_timeout: options.busy_timeout,
+            clock: options.clock.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("turnstream-writer".into())
@@ -364,6 +364,7 @@ impl Journal {
                 metrics,
                 head,
                 health,
+                clock: options.clock.clone(),
             }),
         })
     }
@@ -389,6 +390,11 @@ impl Journal {
     /// Whether the latest journal writes reached the disk.
     pub fn write_health(&self) -> &WriteHealth {
         &self.inner.health
+    }
+
+    /// The clock the journal stamps its writes with.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
     }
 
     /// The last committed event id.

@@ -127,3 +127,23 @@ fn purge_loose_events(
     }
     Ok(deleted)
 }
+
+/// The cleanup loop a server runs: every `every`, deletes what is older than `retention` (by the
+/// journal's clock), until its task is dropped.
+pub async fn cleanup_loop(
+    journal: Journal,
+    retention: std::time::Duration,
+    every: std::time::Duration,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let cutoff = journal.clock().now_ms() - retention.as_millis() as i64;
+        match journal.cleanup(cutoff).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(deleted = n, "retention cleanup"),
+            Err(e) => tracing::warn!(error = %e, "retention cleanup failed"),
+        }
+    }
+}

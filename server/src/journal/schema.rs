@@ -152,13 +152,9 @@ pub fn migrate(conn: &mut Connection) -> Result<String> {
     Ok(epoch)
 }
 
+/// A new journal epoch: 10 random characters of `[0-9a-z]`.
 pub(crate) fn new_epoch() -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    (0..10)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+    crate::ids::random_chars(10)
 }
 
 #[cfg(test)]

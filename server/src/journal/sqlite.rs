@@ -176,7 +176,7 @@ impl Readers {
 
     /// Runs `f` inside one read transaction on a pooled connection.
     pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
-        let conn = match crate::lock(&self.idle).pop() {
+        let conn = match crate::mutex::lock(&self.idle).pop() {
             Some(c) => c,
             None => {
                 let conn = Connection::open_with_flags(
@@ -194,7 +194,7 @@ impl Readers {
             drop(tx);
             r
         })();
-        let mut pool = crate::lock(&self.idle);
+        let mut pool = crate::mutex::lock(&self.idle);
         if pool.len() < MAX_IDLE_READERS {
             pool.push(conn);
         }

@@ -40,16 +40,9 @@ pub struct TurnRow {
 /// anyone guess another session's ids.
 pub(crate) const ID_RANDOM_CHARS: usize = 20;
 
-/// A new turn or message id, `{prefix}_` + [`ID_RANDOM_CHARS`] characters of `[0-9a-z]` from the
-/// thread-local CSPRNG (ChaCha, seeded from the OS).
+/// A new turn or message id, `{prefix}_` + [`ID_RANDOM_CHARS`] random characters of `[0-9a-z]`.
 fn new_id(prefix: &str) -> String {
-    use rand::Rng;
-    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut rng = rand::rng();
-    let tail: String = (0..ID_RANDOM_CHARS)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect();
-    format!("{prefix}_{tail}")
+    format!("{prefix}_{}", crate::ids::random_chars(ID_RANDOM_CHARS))
 }
 
 fn parse_state(s: &str) -> Result<TurnState> {

@@ -12,8 +12,9 @@ use tokio::sync::oneshot;
 
 use super::health::WriteHealth;
 use super::sql::{Param, Sql};
-use super::{now_ms, WriteCtx};
+use super::WriteCtx;
 use super::{Committed, FanOut};
+use crate::backoff::Backoff;
 use crate::error::{Error, Result, StorageFault};
 use crate::metrics::Metrics;
 
@@ -138,7 +139,7 @@ pub(super) fn write_probe(conn: &dyn Sql) -> Result<()> {
     conn.execute(
         "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        &[Param::Text(&now_ms().to_string())],
+        &[Param::Text(&crate::clock::system_ms().to_string())],
     )?;
     Ok(())
 }
@@ -162,12 +163,14 @@ pub(super) struct Writer {
     pub health: Arc<WriteHealth>,
     /// The configured busy timeout, used while writes succeed.
     pub busy_timeout: Duration,
+    /// What each job's `now` is read from.
+    pub clock: crate::clock::Clock,
 }
 
 impl Writer {
     pub(super) fn run(mut self, rx: std_mpsc::Receiver<Job>) {
         let mut next_seq = self.head.load(Ordering::Acquire) + 1;
-        let mut probe_wait = PROBE_FIRST;
+        let mut probe_wait = Backoff::new(PROBE_FIRST, PROBE_MAX);
         let mut failing = false;
         loop {
             if failing != self.health.is_failing() {
@@ -182,17 +185,17 @@ impl Writer {
                 }
             }
             let first = if self.health.is_failing() {
-                match rx.recv_timeout(probe_wait) {
+                match rx.recv_timeout(probe_wait.wait()) {
                     Ok(job) => job,
                     Err(std_mpsc::RecvTimeoutError::Timeout) => {
                         self.probe();
-                        probe_wait = (probe_wait * 2).min(PROBE_MAX);
+                        probe_wait.grow();
                         continue;
                     }
                     Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
                 }
             } else {
-                probe_wait = PROBE_FIRST;
+                probe_wait.reset();
                 match rx.recv() {
                     Ok(job) => job,
                     Err(_) => break,
@@ -272,7 +275,7 @@ impl Writer {
                 committed: Vec::new(),
                 fanout: &*self.fanout,
                 fences: &mut fences,
-                now: now_ms(),
+                now: self.clock.now_ms(),
             };
             let (ran, completion) = (job.run)(Some(&mut ctx));
             let job_events = ctx.committed;
@@ -431,6 +434,7 @@ mod tests {
                 head: Arc::new(AtomicI64::new(0)),
                 health: Arc::new(WriteHealth::new(metrics)),
                 busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+                clock: crate::clock::Clock::system(),
             },
         ))
     }

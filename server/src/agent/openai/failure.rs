@@ -4,7 +4,6 @@
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use rand::Rng;
 use serde_json::Value;
 
 /// How much of a non-2xx body is quoted in the turn's error when it carries no JSON message.
@@ -134,12 +133,7 @@ pub(super) fn parse_retry_after(value: &str) -> Option<Duration> {
 /// The delay before retry number `attempt` (0-based): exponential from `base`, capped at `cap`,
 /// with full jitter in its upper half so clients that failed together do not retry together.
 pub(super) fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
-    let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
-    let ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
-    if ms < 2 {
-        return ceiling;
-    }
-    Duration::from_millis(rand::rng().random_range(ms / 2..=ms))
+    crate::backoff::jittered(crate::backoff::nth(base, cap, attempt))
 }
 
 /// The message of an error body or error chunk: OpenAI's `{"error": {"message"}}`, the

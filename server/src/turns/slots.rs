@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::lock;
+use crate::mutex::lock;
 
 pub struct TurnSlots {
     /// All slots.

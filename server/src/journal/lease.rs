@@ -1,7 +1,7 @@
 //! Leases on running turns: who may write a turn's output, and until when. A lease is a random
-//! token (fencing: every write names it, so a worker that lost its lease can never write again),
-//! an owner and an expiry. This is the model only; the journal stores it with the turn, so a
-//! restart keeps leases meaningful.
+//! token (fencing: every write names it, so a worker or a server that lost its lease can never
+//! write again), an owner and an expiry. The journal stores it with the turn, so a restart keeps
+//! leases meaningful.
 
 use std::time::Duration;
 

@@ -1,0 +1,310 @@
+//! The per-session loop: it runs a session's queued turns one at a time, oldest first, each in a
+//! fair slot, until none is left (or another server runs the session's turns now); and running
+//! one turn: starting it (under a lease on a shared journal), driving the agent, and journaling
+//! its one end, retried while the storage refuses it.
+
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use turnstream_protocol::TurnState;
+
+use super::emit::{emit, Emitter};
+use super::lease::{keep_lease, Node};
+use super::mode::Claimer;
+use super::{Turns, AGENT_HISTORY, RETRY};
+use crate::agent::{Agent, TurnContext, TurnSink};
+use crate::error::{Error, Result, StorageFault};
+use crate::journal::{Claim, TurnRow};
+use crate::mutex::lock;
+
+/// Where a turn running here is, for a cancel waiting on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// The agent runs (or the turn is being started).
+    Running,
+    /// The turn's end is decided but the storage refused to journal it; it is being retried.
+    EndPending(StorageFault),
+    /// The session loop is done with the turn.
+    Finished,
+}
+
+/// A running turn's controls.
+pub(super) struct Running {
+    /// Cancels the turn (`cancelled`).
+    pub cancel: CancellationToken,
+    /// Leaves [`Phase::Running`] once the turn's end is decided.
+    pub phase: watch::Receiver<Phase>,
+}
+
+/// What the session loop does after a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// Look for the session's next turn.
+    Next,
+    /// Another server runs the session's turns now: stop (it, or a sweep, starts the next).
+    Elsewhere,
+}
+
+impl Turns {
+    /// Runs the session's queued turns in order until none is left; started by
+    /// [`Turns::kick`], which marks the session to look again if it is running already.
+    pub(super) async fn session_loop(self: Arc<Self>, session: String) {
+        let Claimer::Here { agent, lease } = self.mode.claimer() else {
+            lock(&self.sessions).remove(&session);
+            return;
+        };
+        loop {
+            {
+                let mut sessions = lock(&self.sessions);
+                match sessions.get_mut(&session) {
+                    Some(dirty) if *dirty => *dirty = false,
+                    _ => {
+                        sessions.remove(&session);
+                        return;
+                    }
+                }
+            }
+            let mut backoff = RETRY;
+            loop {
+                if self.stopping.is_cancelled() {
+                    lock(&self.sessions).remove(&session);
+                    return;
+                }
+                let (turn, user_message) = match self.journal.next_queued_turn(&session).await {
+                    Ok(Some(next)) => next,
+                    Ok(None) => break,
+                    Err(e) => {
+                        // The queued turns were acknowledged: try again rather than leave them
+                        // waiting for the session's next message.
+                        tracing::error!(session, error = %e, "cannot read the next queued turn");
+                        self.pause(backoff.next()).await;
+                        continue;
+                    }
+                };
+                let client = lock(&self.clients)
+                    .remove(&turn.turn_id)
+                    .unwrap_or_else(|| format!("session:{session}"));
+                let Some(_slot) = self.slots.acquire(&client).await else {
+                    return;
+                };
+                if self.stopping.is_cancelled() {
+                    lock(&self.sessions).remove(&session);
+                    return;
+                }
+                match self.run_turn(agent, lease, turn, user_message).await {
+                    Ok(After::Next) => backoff.reset(),
+                    Ok(After::Elsewhere) => {
+                        lock(&self.sessions).remove(&session);
+                        return;
+                    }
+                    Err(e) => {
+                        // A turn whose start failed is still queued and first in line: it is
+                        // tried again after the pause, and the session's later turns wait.
+                        tracing::error!(session, error = %e, "turn failed to run");
+                        self.pause(backoff.next()).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sleeps for `wait`, or less if shutdown begins.
+    async fn pause(&self, wait: std::time::Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = self.stopping.cancelled() => {}
+        }
+    }
+
+    async fn run_turn(
+        &self,
+        agent: &Arc<dyn Agent>,
+        lease: Option<&Node>,
+        turn: TurnRow,
+        user_message: String,
+    ) -> Result<After> {
+        // Cancellable before it is marked running, so a cancel can never fall between the two.
+        let cancel = CancellationToken::new();
+        let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+        lock(&self.running).insert(
+            turn.turn_id.clone(),
+            Running {
+                cancel: cancel.clone(),
+                phase: phase_rx,
+            },
+        );
+        let result = self
+            .drive_turn(agent, lease, &turn, user_message, cancel, &phase_tx)
+            .await;
+        lock(&self.running).remove(&turn.turn_id);
+        phase_tx.send_replace(Phase::Finished);
+        result
+    }
+
+    async fn drive_turn(
+        &self,
+        agent: &Arc<dyn Agent>,
+        lease: Option<&Node>,
+        turn: &TurnRow,
+        user_message: String,
+        cancel: CancellationToken,
+        phase: &watch::Sender<Phase>,
+    ) -> Result<After> {
+        let lease = match lease {
+            None => {
+                if !self.journal.start_turn(&turn.turn_id).await? {
+                    return Ok(After::Next); // cancelled while queued
+                }
+                None
+            }
+            Some(node) => match self
+                .journal
+                .claim_turn(&turn.turn_id, &node.id, node.lease)
+                .await?
+            {
+                Claim::Started(lease) => Some((node.clone(), lease.token)),
+                Claim::NotQueued => return Ok(After::Next),
+                Claim::Busy => return Ok(After::Elsewhere),
+            },
+        };
+        // Cancelled once another server ended the turn, or the lease ran out.
+        let lost = CancellationToken::new();
+        let renewing = CancellationToken::new();
+        let _stop_renewing = renewing.clone().drop_guard();
+        if let Some((node, token)) = &lease {
+            tokio::spawn(keep_lease(
+                self.journal.clone(),
+                node.clone(),
+                turn.turn_id.clone(),
+                token.clone(),
+                lost.clone(),
+                renewing,
+            ));
+        }
+        let fence = lease.map(|(_, token)| token);
+        self.journal
+            .metrics()
+            .turns_started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let history = self
+            .journal
+            .agent_history(&turn.session_id, &turn.user_message_id, AGENT_HISTORY)
+            .await
+            .unwrap_or_default();
+        let ctx = TurnContext {
+            session_id: turn.session_id.clone(),
+            turn_id: turn.turn_id.clone(),
+            user_message,
+            history,
+        };
+        let (sink, rx) = TurnSink::channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let emitter = tokio::spawn(emit(
+            Emitter::new(
+                self.journal.clone(),
+                turn.session_id.clone(),
+                turn.turn_id.clone(),
+                fence.clone().map(|token| (token, lost.clone())),
+            ),
+            rx,
+            stop_rx,
+            self.config.coalesce,
+        ));
+        // The agent runs in a task of its own: a panic in it fails this turn, not the session's
+        // loop, and cancelling aborts it.
+        let agent = agent.clone();
+        let mut task = tokio::spawn(async move { agent.run(ctx, sink).await });
+        let outcome = tokio::select! {
+            r = &mut task => match r {
+                Ok(Ok(())) => (TurnState::Completed, None),
+                Ok(Err(e)) => (TurnState::Failed, Some(e.0)),
+                Err(e) => {
+                    tracing::error!(turn = %turn.turn_id, error = %e, "agent task failed");
+                    (TurnState::Failed, Some("the agent crashed".to_string()))
+                }
+            },
+            _ = cancel.cancelled() => (TurnState::Cancelled, None),
+            _ = self.interrupt.cancelled() => (TurnState::Interrupted, None),
+            // Whoever ended the turn journaled its end; the end below finds it over.
+            _ = lost.cancelled() => (TurnState::Interrupted, None),
+        };
+        task.abort();
+        let _ = stop_tx.send(());
+        let emitted = emitter
+            .await
+            .map_err(|_| Error::Corrupt("turn emitter panicked".into()))?;
+        let (state, error) = match (outcome, emitted.error) {
+            // Progress that could not be journaled is a storage fault: the turn cannot claim
+            // completion, and its text may hold more than was sent. A cancel, an interruption
+            // or the agent's own failure still say what ended the turn.
+            ((TurnState::Completed, _), Some(e)) => (TurnState::Failed, Some(e)),
+            (outcome, _) => outcome,
+        };
+        self.journal_end(turn, fence.as_deref(), state, emitted.text, error, phase)
+            .await?;
+        Ok(After::Next)
+    }
+
+    /// Journals a turn's end, retrying while the storage refuses it. Meanwhile the session's
+    /// later turns wait (FIFO), and a retry of an end that did land is a no-op (the end is a
+    /// conditional update of a `running` turn), so the turn ends exactly once. Gives up only
+    /// when shutdown interrupts running turns: the turn then stays `running` in the journal and
+    /// the next start ends it `interrupted`.
+    async fn journal_end(
+        &self,
+        turn: &TurnRow,
+        fence: Option<&str>,
+        state: TurnState,
+        text: String,
+        error: Option<String>,
+        phase: &watch::Sender<Phase>,
+    ) -> Result<()> {
+        let mut backoff = RETRY;
+        loop {
+            let ended = match fence {
+                None => {
+                    self.journal
+                        .end_turn(
+                            &turn.turn_id,
+                            state,
+                            text.clone(),
+                            error.clone(),
+                            &[TurnState::Running],
+                        )
+                        .await
+                }
+                Some(token) => {
+                    self.journal
+                        .end_fenced_turn(&turn.turn_id, token, state, text.clone(), error.clone())
+                        .await
+                }
+            };
+            let e = match ended {
+                Ok(ended) => {
+                    if ended.is_some() {
+                        self.log_turn_end(turn, state);
+                    }
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            let Some(fault) = e.storage_fault() else {
+                return Err(e);
+            };
+            self.journal
+                .metrics()
+                .turn_end_retries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(turn = %turn.turn_id, state = state.as_str(), error = %e, "cannot journal the turn's end yet; retrying");
+            phase.send_replace(Phase::EndPending(fault));
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next()) => {}
+                _ = self.interrupt.cancelled() => {
+                    tracing::warn!(turn = %turn.turn_id, "shutting down with the turn's end unwritten; the next start ends it interrupted");
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
