@@ -221,6 +221,7 @@ pub fn ctx(user_message: &str, history: Vec<Message>) -> TurnContext {
         session_id: "s1".into(),
         turn_id: "t1".into(),
         user_message: user_message.into(),
+        attachments: Vec::new(),
         history,
     }
 }
@@ -236,6 +237,7 @@ pub fn message(role: Role, content: &str, status: MessageStatus) -> Message {
         created_at: 0,
         event_id: "e-1".into(),
         author: None,
+        attachments: Vec::new(),
     }
 }
 

@@ -113,12 +113,13 @@ impl OpenAiAgent {
     }
 
     /// The request body: the system prompt, the session's history as context, then this turn's
-    /// user message, and the sampling settings that were configured.
+    /// user message with its attachments, and the sampling settings that were configured.
     fn body(&self, ctx: &TurnContext) -> Value {
         let messages = context::messages(
             self.options.system_prompt.as_deref(),
             &ctx.history,
             &ctx.user_message,
+            &ctx.attachments,
         );
         let mut body = json!({"model": self.model, "stream": true, "messages": messages});
         if self.options.include_usage {
