@@ -158,6 +158,13 @@ pub fn data(frame: &Value) -> Vec<u8> {
     format!("data: {frame}\n\n").into_bytes()
 }
 
+/// llama.cpp's error inside a stream: a line of the SSE field `error` (where `data:` lines were)
+/// carrying the error object, then a blank line, as its server's
+/// `server_sent_event(sink, "error", error_data)` writes it; `[DONE]` follows.
+pub fn llama_cpp_error(error: &Value) -> Vec<u8> {
+    format!("error: {error}\n\n").into_bytes()
+}
+
 pub fn done() -> Vec<u8> {
     b"data: [DONE]\n\n".to_vec()
 }

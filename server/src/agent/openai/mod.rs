@@ -211,7 +211,8 @@ impl OpenAiAgent {
             return Err(status_failure(response).await);
         }
 
-        let mut decoder = Decoder::new();
+        // llama.cpp writes an error as an `error: {json}` line, read here as an `error` frame.
+        let mut decoder = Decoder::with_field_as_event("error");
         // Bytes of a UTF-8 character cut by a chunk boundary, completed by the next chunk.
         let mut pending: Vec<u8> = Vec::new();
         let mut stream = response.bytes_stream();
