@@ -122,7 +122,7 @@ impl Turns {
         agent: &Arc<dyn Agent>,
         lease: Option<&Node>,
         turn: TurnRow,
-        user_message: String,
+        user_message: turnstream_protocol::Message,
     ) -> Result<After> {
         // Cancellable before it is marked running, so a cancel can never fall between the two.
         let cancel = CancellationToken::new();
@@ -147,7 +147,7 @@ impl Turns {
         agent: &Arc<dyn Agent>,
         lease: Option<&Node>,
         turn: &TurnRow,
-        user_message: String,
+        user_message: turnstream_protocol::Message,
         cancel: CancellationToken,
         phase: &watch::Sender<Phase>,
     ) -> Result<After> {
@@ -195,7 +195,8 @@ impl Turns {
         let ctx = TurnContext {
             session_id: turn.session_id.clone(),
             turn_id: turn.turn_id.clone(),
-            user_message,
+            user_message: user_message.content,
+            attachments: user_message.attachments,
             history,
         };
         let (sink, rx) = TurnSink::channel();

@@ -196,7 +196,7 @@ impl Bed {
     async fn queue(&self, session: &str, content: &str) -> TestResult<String> {
         let accepted = self
             .journal
-            .accept_message(session, content, None, None, 64)
+            .accept_message(session, content, Vec::new(), None, None, 64)
             .await?;
         Ok(accepted.response.turn_id)
     }
