@@ -742,3 +742,30 @@ fn a_bounded_cache_keeps_the_newest_and_everything_unfinished() {
     assert_eq!(turns, vec!["t1", "t3", "t4"], "t1 is still open: kept");
     assert_eq!(c.to_cache_bounded(100), c.to_cache());
 }
+
+/// `history_loaded` says whether the server's history was read: a cache, a sibling's relay or the
+/// stream alone leave it false (a new device's first view is not the server's conversation).
+#[test]
+fn history_loaded_only_after_a_page_of_history() {
+    let mut c = Conversation::new(S);
+    assert!(!c.history_loaded());
+    c.apply_cache(&cached_mid_turn());
+    c.apply_event(&delta(4, 1, " more"));
+    assert!(!c.history_loaded(), "cache and stream are not history");
+    let mut other = history("e1-1", vec![]);
+    other.session_id = "other".into();
+    assert!(!c.apply_history(&other));
+    assert!(
+        !c.history_loaded(),
+        "another session's history does not count"
+    );
+    let rev = c.revision();
+    assert!(
+        c.apply_history(&history("e1-4", vec![user_msg(1, 1, Some("c1"), "q")])),
+        "a change, even though the page adds nothing new"
+    );
+    assert!(c.history_loaded());
+    assert_ne!(c.revision(), rev, "so the state is rendered again");
+    assert!(!c.apply_history(&history("e1-4", vec![user_msg(1, 1, Some("c1"), "q")])));
+    assert!(c.history_loaded(), "and it stays");
+}
