@@ -16,6 +16,21 @@ export const DIST = join(HERE, "dist");
 /** The AI SDK majors the suite runs: `ai<major>` and `ai-react<major>` in package.json. */
 export const AI_MAJORS = [5, 6, 7];
 
+/** The docs' snippets the suite runs as written: `<!-- snippet: name -->` before a jsx block. */
+export const SNIPPETS = [
+  { name: "docs", file: join(HERE, "..", "..", "docs", "sdk.md"), marker: "usechat-docs", majors: AI_MAJORS },
+  { name: "readme", file: join(HERE, "..", "..", "README.md"), marker: "usechat-readme", majors: [AI_MAJORS.at(-1)] },
+];
+
+/** The code of the jsx block after `<!-- snippet: marker -->` in a Markdown file. */
+function snippetOf(file, marker) {
+  const text = readFileSync(file, "utf8");
+  const at = text.indexOf(`<!-- snippet: ${marker} -->`);
+  const block = at < 0 ? null : /```jsx\n([\s\S]*?)\n```/.exec(text.slice(at));
+  if (!block) throw new Error(`no jsx block after <!-- snippet: ${marker} --> in ${file}`);
+  return block[1];
+}
+
 /** The version of the `ai` package that `ai-react<major>` (its `@ai-sdk/react`) imports. */
 export function aiVersionOf(major) {
   const require = createRequire(join(HERE, "node_modules", `ai-react${major}`, "package.json"));
@@ -52,9 +67,16 @@ export async function buildPages() {
       name: `ai${major}`, entry: "pages/ai-chat.jsx", alias: { "@ai-sdk/react": `ai-react${major}` },
       define: { __AI_VERSION__: JSON.stringify(aiVersionOf(major)) },
     })),
+    ...SNIPPETS.flatMap((sn) => sn.majors.map((major) => ({
+      name: `snippet-${sn.name}${major}`, entry: "pages/snippet.jsx",
+      alias: { "@ai-sdk/react": `ai-react${major}`, snippet: `./dist/snippets/${sn.name}.jsx` },
+      inject: [join(HERE, "pages", "snippet-globals.js")],
+    }))),
     { name: "react19", entry: "pages/react-hook.jsx", alias: {} },
     { name: "react18", entry: "pages/react-hook.jsx", alias: { react: "react18", "react-dom": "react-dom18" } },
   ];
+  mkdirSync(join(DIST, "snippets"));
+  for (const sn of SNIPPETS) writeFileSync(join(DIST, "snippets", `${sn.name}.jsx`), snippetOf(sn.file, sn.marker));
   for (const p of pages) {
     await build({
       entryPoints: [join(HERE, p.entry)],
@@ -65,6 +87,7 @@ export async function buildPages() {
       // Development React: StrictMode mounts twice only there.
       define: { "process.env.NODE_ENV": '"development"', ...p.define },
       alias: p.alias,
+      inject: p.inject,
       nodePaths: [join(DIST, "node_modules")],
       absWorkingDir: HERE,
       logLevel: "warning",

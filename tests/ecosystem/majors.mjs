@@ -7,9 +7,10 @@
 //   then streams with nothing shown twice in either tab; B reloaded shows every reply whole from
 //   the cache (history held back), then from the server;
 // - stop() cancels the turn; `resume: true` after a reload mid-turn shows the reply once, whole;
-// - a message with two image attachments: through history, and to the upstream as image parts.
+// - a message with two image attachments: through history, and to the upstream as image parts;
+// - the useChat snippets of docs/sdk.md (each major) and the README (the latest), as written.
 import { assert, assertEq, deltasText, until } from "../support.mjs";
-import { AI_MAJORS } from "./build.mjs";
+import { AI_MAJORS, SNIPPETS } from "./build.mjs";
 import { assertNothingTwice, chatUrl, chatView, openChat, parts, requests, textOf, texts, turnOf } from "./chat-page.mjs";
 import { youSaid } from "./fake-upstream.mjs";
 
@@ -196,3 +197,35 @@ each("a message with two image attachments: posted, in history, shown back as fi
     }
     return page;
   });
+
+each("the useChat snippets of docs/sdk.md and the README, as written: history, a send, another device's message", async ({ browser, context, server, session, major }) => {
+  const { turn_id } = await server.post(session, "asked on another device");
+  await until("the reply on the server", async () => (await server.turn(turn_id)).state === "completed");
+  const open = async (ctx, name) => {
+    const page = await ctx.newPage();
+    page.on("pageerror", (e) => console.error(`  [page error] ${e.message}`));
+    await page.goto(`${server.url}/snippet-${name}${major}.html?session=${session}`);
+    return page;
+  };
+  const shown = (page) => page.evaluate(() => [...document.querySelectorAll("p[data-role]")].map((p) => [p.dataset.role, p.textContent]));
+  const showing = (page, what, expected, ms) => until(what, async () => JSON.stringify(await shown(page)) === JSON.stringify(expected), ms);
+  let expected = [["user", "asked on another device"], ["assistant", youSaid("asked on another device")]];
+  const page = await open(context, "docs");
+  await showing(page, "the server's history", expected);
+  await page.fill("input[name=text]", "typed into the page");
+  await page.click("form button");
+  expected = [...expected, ["user", "typed into the page"], ["assistant", youSaid("typed into the page")]];
+  await showing(page, "the message and its reply", expected);
+  await server.post(session, "/deltas 3");
+  expected = [...expected, ["user", "/deltas 3"], ["assistant", deltasText(3)]];
+  await showing(page, "another device's message and its reply, within 2 s", expected, 2000);
+  if (SNIPPETS.find((s) => s.name === "readme").majors.includes(major)) {
+    const other = await browser.newContext();
+    try {
+      await showing(await open(other, "readme"), "the README's snippet, in a new browser, shows it all", expected);
+    } finally {
+      await other.close();
+    }
+  }
+  return page;
+});
