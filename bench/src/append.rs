@@ -190,7 +190,11 @@ pub async fn in_process(
     let accepts = names.iter().enumerate().map(|(i, name)| {
         let journal = journal.clone();
         let msg = format!("{per_session} {} {pace_us}", i as u64 * per_session);
-        async move { journal.accept_message(name, &msg, None, None, 64).await }
+        async move {
+            journal
+                .accept_message(name, &msg, Vec::new(), None, None, 64)
+                .await
+        }
     });
     for r in futures::future::join_all(accepts).await {
         r.map_err(|e| anyhow!("accept_message: {e}"))?;

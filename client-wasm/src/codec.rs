@@ -12,9 +12,9 @@
 //! reads as a missing field, and a missing array as an empty one.
 
 use turnstream_protocol::{
-    ActiveTurn, CancelResponse, ErrorDetail, Event, EventBody, HistoryResponse, Message,
-    MessageStatus, PostMessageResponse, ResyncReason, ResyncRequired, Role as WireRole, Snapshot,
-    ToolCall, ToolStatus, Truncation, TurnInfo, TurnState,
+    ActiveTurn, Attachment, CancelResponse, ErrorDetail, Event, EventBody, HistoryResponse,
+    Message, MessageStatus, PostMessageResponse, ResyncReason, ResyncRequired, Role as WireRole,
+    Snapshot, ToolCall, ToolStatus, Truncation, TurnInfo, TurnState,
 };
 
 use crate::reducer::entry::{
@@ -187,6 +187,16 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
         created_at: int(v, "created_at")?,
         event_id: string(v, "event_id")?,
         author: opt_string(v, "author")?,
+        attachments: list(v, "attachments", attachment)?,
+    })
+}
+
+/// A message's attachment (v1.2); the server always writes `url` and `media_type`.
+pub fn attachment<V: Value>(v: &V) -> Option<Attachment> {
+    Some(Attachment {
+        url: string_or_empty(v, "url")?,
+        media_type: string_or_empty(v, "media_type")?,
+        name: opt_string(v, "name")?,
     })
 }
 

@@ -612,6 +612,7 @@ async fn a_cached_turn_the_server_lost_ends_interrupted_instead_of_spinning() {
                 created_at: 1,
                 event_id: format!("{epoch}-1"),
                 author: None,
+                attachments: Vec::new(),
             },
         },
     ));

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::attachment::Attachment;
 use crate::event::{ToolCall, TurnState};
 
 /// Response header of `GET /history` carrying the snapshot's cursor.
@@ -78,6 +79,10 @@ pub struct Message {
     /// the author a service key named; `null` without auth and on assistant messages.
     #[serde(default)]
     pub author: Option<String>,
+    /// The files a user message refers to (contract v1.2); omitted when there are none, so a
+    /// v1 client sees the shape it knows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 /// Body of `POST /api/sessions/{session}/messages`.
@@ -90,6 +95,10 @@ pub struct PostMessageRequest {
     /// The user a service key posts for (contract v1.1); refused with a user's token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub author: Option<String>,
+    /// Files the message refers to (contract v1.2), at most
+    /// [`MAX_ATTACHMENTS_PER_MESSAGE`](crate::limits::MAX_ATTACHMENTS_PER_MESSAGE).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 /// Answer of `POST /api/sessions/{session}/messages` (202 when created, 200 on an idempotent retry).

@@ -5,6 +5,7 @@
 //! - [`event`]: journaled events (`message_received`, `turn_started`, `response_delta`, ...) and the
 //!   un-journaled control events (`snapshot`, `history_resync_required`).
 //! - [`api`]: request and response bodies of the REST endpoints, and the error shape.
+//! - [`attachment`]: the files a user message refers to (v1.2), and their rules.
 //! - [`sse`]: encoding and decoding of `text/event-stream` frames.
 //! - [`limits`]: the named limits both sides enforce.
 //! - [`worker`]: the worker API's bodies (claim, events, heartbeat, complete, fail).
@@ -13,6 +14,7 @@
 //! The `openapi` feature (the server's, never the SDK's) derives a JSON Schema for every wire type.
 
 pub mod api;
+pub mod attachment;
 pub mod cursor;
 pub mod event;
 pub mod limits;
@@ -20,5 +22,6 @@ pub mod sse;
 pub mod worker;
 
 pub use api::*;
+pub use attachment::Attachment;
 pub use cursor::{Cursor, CursorError};
 pub use event::*;

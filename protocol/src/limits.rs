@@ -1,6 +1,7 @@
 //! Limits of contract v1. The server enforces them; clients may check early.
 
-/// Largest accepted user message content, in bytes of UTF-8.
+/// Largest accepted user message content, in bytes of UTF-8; since v1.2 the `data:` URLs of its
+/// attachments count against it too.
 pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
 /// Largest accepted request body, in bytes (content plus JSON framing and escapes).
 pub const MAX_REQUEST_BODY_BYTES: usize = 512 * 1024;
@@ -17,6 +18,15 @@ pub const MAX_HISTORY_LIMIT: usize = 1000;
 pub const MAX_SESSIONS_PER_STREAM: usize = 32;
 /// Most turns a session may have queued or running at once.
 pub const MAX_ACTIVE_TURNS_PER_SESSION: usize = 64;
+/// Most attachments one message carries (v1.2).
+pub const MAX_ATTACHMENTS_PER_MESSAGE: usize = 16;
+/// Longest `http:`/`https:` attachment URL, in bytes (a `data:` URL is bounded by
+/// [`MAX_CONTENT_BYTES`] instead).
+pub const MAX_ATTACHMENT_URL_BYTES: usize = 4096;
+/// Longest attachment `media_type`, in bytes (RFC 6838: 127 for the type and for the subtype).
+pub const MAX_MEDIA_TYPE_BYTES: usize = 255;
+/// Longest attachment `name`, in bytes of UTF-8.
+pub const MAX_ATTACHMENT_NAME_BYTES: usize = 1024;
 
 /// Whether `id` is a valid session, turn, message or client message id: `[A-Za-z0-9_.:-]{1,128}`,
 /// not made only of dots. Ids travel in URL paths, where `.` and `..` are path segments that

@@ -59,11 +59,24 @@ pub struct Decoder {
     pub last_event_id: Option<String>,
     /// The last `retry:` value in milliseconds.
     pub retry_ms: Option<u64>,
+    /// A field name read as a frame of that event (see [`Decoder::with_field_as_event`]).
+    field_as_event: Option<&'static str>,
 }
 
 impl Decoder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A decoder that also reads a line of the non-standard field `name` (`name: value`) as
+    /// `event: name` with `value` as a data line. llama.cpp's server writes an error inside a
+    /// stream as `error: {json}` where `data:` lines were, which a spec-following parser (and
+    /// a browser) ignores without a trace.
+    pub fn with_field_as_event(name: &'static str) -> Self {
+        Decoder {
+            field_as_event: Some(name),
+            ..Self::default()
+        }
     }
 
     /// Feeds a chunk; returns every frame it completed.
@@ -111,14 +124,13 @@ impl Decoder {
             Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
             None => (line, ""),
         };
+        if Some(field) == self.field_as_event {
+            self.event = Some(field.to_string());
+            self.push_data(value);
+            return None;
+        }
         match field {
-            "data" => match &mut self.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => self.data = Some(value.to_string()),
-            },
+            "data" => self.push_data(value),
             "event" => self.event = Some(value.to_string()),
             "id" if !value.contains('\0') => self.id = Some(value.to_string()),
             "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
@@ -129,6 +141,16 @@ impl Decoder {
             _ => {}
         }
         None
+    }
+
+    fn push_data(&mut self, value: &str) {
+        match &mut self.data {
+            Some(d) => {
+                d.push('\n');
+                d.push_str(value);
+            }
+            None => self.data = Some(value.to_string()),
+        }
     }
 }
 
@@ -176,6 +198,34 @@ mod tests {
             ]
         );
         assert_eq!(d.last_event_id.as_deref(), Some("e-1"));
+    }
+
+    #[test]
+    fn a_field_can_be_read_as_an_event() {
+        let wire = "data: {\"a\":1}\n\nerror: {\"code\":500}\n\ndata: [DONE]\n\n";
+        let frame = |event: &str, data: &str| Frame {
+            id: None,
+            event: event.into(),
+            data: data.into(),
+        };
+        // Spec-following: the `error` line is an unknown field, and its frame has no data.
+        assert_eq!(
+            Decoder::new().feed(wire),
+            vec![frame("message", "{\"a\":1}"), frame("message", "[DONE]")]
+        );
+        let mut d = Decoder::with_field_as_event("error");
+        let mut frames = Vec::new();
+        for ch in wire.chars() {
+            frames.extend(d.feed(&ch.to_string()));
+        }
+        assert_eq!(
+            frames,
+            vec![
+                frame("message", "{\"a\":1}"),
+                frame("error", "{\"code\":500}"),
+                frame("message", "[DONE]"),
+            ]
+        );
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub enum Error {
     Closed,
     #[error("{what} not found")]
     NotFound { what: &'static str },
-    #[error("client_message_id {0:?} was already used with different content")]
+    #[error("client_message_id {0:?} was already used with different content or attachments")]
     ClientMessageConflict(String),
     #[error("session has {0} active turns, the most allowed; wait for one to end")]
     TooManyActiveTurns(usize),

@@ -302,7 +302,11 @@ impl Runner {
         }
     }
 
-    async fn run_turn(&self, turn: TurnRow, user_message: String) -> Result<After> {
+    async fn run_turn(
+        &self,
+        turn: TurnRow,
+        user_message: turnstream_protocol::Message,
+    ) -> Result<After> {
         // Cancellable before it is marked running, so a cancel can never fall between the two.
         let cancel = CancellationToken::new();
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
@@ -324,7 +328,7 @@ impl Runner {
     async fn drive_turn(
         &self,
         turn: &TurnRow,
-        user_message: String,
+        user_message: turnstream_protocol::Message,
         cancel: CancellationToken,
         phase: &watch::Sender<Phase>,
     ) -> Result<After> {
@@ -372,7 +376,8 @@ impl Runner {
         let ctx = TurnContext {
             session_id: turn.session_id.clone(),
             turn_id: turn.turn_id.clone(),
-            user_message,
+            user_message: user_message.content,
+            attachments: user_message.attachments,
             history,
         };
         let (sink, rx) = TurnSink::channel();

@@ -1,9 +1,10 @@
 //! Storage faults, made real: another process holding the database's write lock, and a full disk
 //! (a small tmpfs). While writes fail, new work is refused with `503 storage_unavailable` /
-//! `507 storage_full` and `Retry-After`, `/readyz` answers 503, and a cancel answers an error
-//! rather than a 200 that did nothing. Afterwards, with no restart, `/readyz` is back to 200, every
-//! acknowledged turn has ended exactly once, each session's turns ended in the order they were
-//! sent, and every frame a stream delivered is the journal's event of that id.
+//! `507 storage_full` and `Retry-After`, `/readyz` answers 503 (at every poll, for as long as
+//! messages are refused), and a cancel answers an error rather than a 200 that did nothing.
+//! Afterwards, with no restart, `/readyz` is back to 200, every acknowledged turn has ended
+//! exactly once, each session's turns ended in the order they were sent, and every frame a
+//! stream delivered is the journal's event of that id.
 
 mod support;
 
@@ -158,6 +159,16 @@ impl Tmpfs {
 
     fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Fills the filesystem but for `free` bytes, which the server's own writes then use up:
+    /// the write that finds the disk full has written part of itself before failing.
+    fn fill_but(&self, free: u64) -> TestResult<PathBuf> {
+        let path = self.fill()?;
+        let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+        let len = file.metadata()?.len();
+        file.set_len(len.saturating_sub(free))?;
+        Ok(path)
     }
 
     /// Fills the filesystem to its last byte with one file, whose path it returns.
@@ -439,6 +450,92 @@ async fn a_full_disk_refuses_work_then_every_acknowledged_turn_ends_once() -> Te
             .counter("turnstream_storage_faults_total{fault=\"full\"}")
             .await?
             >= 1.0
+    );
+    drop(server);
+    drop(disk);
+    Ok(())
+}
+
+/// Readiness on a full disk: `/readyz` answers 503 at every poll for as long as messages are
+/// refused (polled for longer than the storage probe's backoff takes to reach its ceiling, with
+/// a refused message between polls), then 200 within seconds of the space returning, with no
+/// request in between to carry a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_stays_down_while_writes_fail_and_returns_with_the_space() -> TestResult {
+    let disk = match Tmpfs::mount("4m")? {
+        Ok(disk) => disk,
+        Err(why) => {
+            eprintln!(
+                "SKIPPED readiness_stays_down_while_writes_fail_and_returns_with_the_space: \
+                 cannot mount a tmpfs ({why}); it needs root on Linux"
+            );
+            return Ok(());
+        }
+    };
+    let db = disk.path().join("turnstream.db");
+    let server =
+        TestServer::start_with_db(Some(db), &["--coalesce-ms", "0", "--demo-delay-ms", "10"])?;
+    let first = server
+        .send("rf", "/echo before the disk fills")
+        .await?
+        .turn_id;
+    server.wait_turn_end(&first).await?;
+    wait_ready(&server, 200, "").await?;
+    // Turns in flight while the disk fills: progress, ends and their retries hit it too.
+    let streaming = server.send("rf", "/deltas 200").await?.turn_id;
+    let sleeping = server.send("rs", "/sleep 600000 never said").await?.turn_id;
+    wait_state(&server, &streaming, TurnState::Running).await?;
+    wait_state(&server, &sleeping, TurnState::Running).await?;
+
+    // The last room goes to the journal's own writes: the one that finds the disk full has
+    // written part of itself, and a smaller write fits in what it left.
+    let filler = disk.fill_but(256 * 1024)?;
+    let deadline = Instant::now() + DEADLINE;
+    let long = format!("/sleep 600000 {}", "x".repeat(60_000));
+    loop {
+        let answer = post(&server, "rq", &long).await?;
+        if answer.status != 202 {
+            answer.expect_refused(507, "storage_full")?;
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("messages were still accepted on a full disk".into());
+        }
+    }
+    wait_ready(&server, 503, "storage_full").await?;
+    let full_until = Instant::now() + Duration::from_secs(6);
+    let mut polls = 0;
+    while Instant::now() < full_until {
+        for _ in 0..2 {
+            let ready = readyz(&server).await?;
+            if ready.status != 503 {
+                return Err(format!(
+                    "/readyz answered {} after {polls} polls while the disk is full: {:?}",
+                    ready.status, ready.body
+                )
+                .into());
+            }
+            ready.expect_refused(503, "storage_full")?;
+            polls += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        post(&server, "rq", &long)
+            .await?
+            .expect_refused(507, "storage_full")?;
+    }
+
+    std::fs::remove_file(&filler)?;
+    let freed = Instant::now();
+    wait_ready(&server, 200, "").await?;
+    let took = freed.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "ready {took:?} after the space returned"
+    );
+    let last = server.send("rb", "/echo space is back").await?.turn_id;
+    assert_eq!(
+        server.wait_turn_end(&last).await?.state,
+        TurnState::Completed
     );
     drop(server);
     drop(disk);

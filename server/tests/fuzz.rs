@@ -31,6 +31,8 @@ const CODES: &[&str] = &[
     "body_too_large",
     "empty_content",
     "content_too_large",
+    "too_many_attachments",
+    "invalid_attachment",
     "invalid_client_message_id",
     "invalid_author",
     "client_message_id_conflict",

@@ -85,8 +85,38 @@ async fn openrouter_error_chunk_fails_the_turn() {
 }
 
 #[tokio::test]
-async fn llama_cpp_error_event_then_done_fails_the_turn() {
-    // llama.cpp server: an `event: error` frame carrying the error object, then `[DONE]`.
+async fn llama_cpp_error_line_then_done_fails_the_turn() {
+    // llama.cpp's server: an `error: {json}` line where data lines were, then `[DONE]`. A
+    // spec-following SSE parser drops the line and sees a reply that simply ended.
+    let (result, emissions) = turn_of(vec![
+        chunk(json!({"content": "The"}), None),
+        llama_cpp_error(&json!({"code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error"})),
+        done(),
+    ])
+    .await;
+    assert_failed(
+        result,
+        &emissions,
+        "upstream error: the request exceeds the available context size, try increasing it",
+        "The",
+    );
+
+    // The same before any text, with the code of a server error: failed, quoting the message.
+    let (result, emissions) = turn_of(vec![
+        llama_cpp_error(
+            &json!({"code": 500, "message": "slot unavailable", "type": "server_error"}),
+        ),
+        done(),
+    ])
+    .await;
+    assert_failed(result, &emissions, "upstream error: slot unavailable", "");
+}
+
+#[tokio::test]
+async fn an_error_event_then_done_fails_the_turn() {
+    // An `event: error` frame carrying the error object, then `[DONE]`.
     let (result, emissions) = turn_of(vec![
         chunk(json!({"content": "The"}), None),
         b"event: error\ndata: {\"code\":500,\"message\":\"the request exceeds the available context size, try increasing it\",\"type\":\"exceed_context_size_error\"}\n\n".to_vec(),

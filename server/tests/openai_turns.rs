@@ -1,6 +1,7 @@
 //! The real `turnstream` binary with `--agent openai` against a fake upstream: what a client sees
 //! of the agent's turns through the HTTP API and the stream (token usage on the turn, a cut-off
-//! reply, a cancel while a tool call streams) and the context the model is given.
+//! reply, llama.cpp's in-stream error line, a cancel while a tool call streams) and the context
+//! the model is given.
 
 mod support;
 
@@ -108,6 +109,39 @@ async fn a_cut_off_reply_fails_with_its_text_and_reason() -> TestResult {
         error.as_deref(),
         Some("the reply was cut off: the model reached its output token limit")
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn llama_cpp_error_line_fails_the_turn_with_its_message() -> TestResult {
+    let (_fake, base) = upstream(stream(vec![
+        chunk(json!({"content": "Let me"}), None),
+        llama_cpp_error(&json!({"code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error"})),
+        done(),
+    ]))
+    .await;
+    let server = server(&base, &[])?;
+    let (_, cursor) = server.history("s1").await?;
+    let mut events = server
+        .stream(&format!("session=s1&cursor={cursor}"), None)
+        .await?;
+    let sent = server.send("s1", "a very long question").await?;
+    let seen = events.until_turn_ended(&sent.turn_id).await?;
+    let Some(EventBody::TurnEnded { state, error, .. }) = seen.last().map(|e| &e.body) else {
+        return Err("no turn_ended".into());
+    };
+    let expected =
+        "upstream error: the request exceeds the available context size, try increasing it";
+    assert_eq!(
+        (*state, error.as_deref()),
+        (TurnState::Failed, Some(expected))
+    );
+    let info = server.turn(&sent.turn_id).await?;
+    assert_eq!(info.state, TurnState::Failed);
+    assert_eq!(info.error.as_deref(), Some(expected));
+    assert_eq!(info.text, "Let me");
     Ok(())
 }
 

@@ -76,6 +76,7 @@ fn msg(n: u32, content: &str) -> Message {
         created_at: 1_700_000_000_000 + i64::from(n),
         event_id: format!("ep1-{n}"),
         author: (n % 3 == 0).then(|| format!("user-{n}")),
+        attachments: Vec::new(),
     }
 }
 

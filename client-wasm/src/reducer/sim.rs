@@ -208,6 +208,7 @@ impl Builder {
             created_at: 1_000 + seq,
             event_id: cursor(seq),
             author: (k % 2 == 0).then(|| format!("user-{k}")),
+            attachments: Vec::new(),
         };
         self.push(
             seq,
@@ -249,6 +250,7 @@ impl Builder {
             created_at: 1_000 + seq,
             event_id: cursor(seq),
             author: None,
+            attachments: Vec::new(),
         };
         self.push(
             seq,

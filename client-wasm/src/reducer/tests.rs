@@ -33,6 +33,7 @@ fn user_msg(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Message {
         created_at: 1000 + seq,
         event_id: format!("e1-{seq}"),
         author: None,
+        attachments: Vec::new(),
     }
 }
 
@@ -47,6 +48,7 @@ fn reply(seq: i64, n: u32, status: MessageStatus, content: &str) -> Message {
         created_at: 1000 + seq,
         event_id: format!("e1-{seq}"),
         author: None,
+        attachments: Vec::new(),
     }
 }
 

@@ -251,6 +251,7 @@ mod tests {
             session_id: "s".into(),
             turn_id: "t".into(),
             user_message: "/deltas 3".into(),
+            attachments: vec![],
             history: vec![],
         };
         assert!(agent.run(ctx, sink).await.is_ok());

@@ -7,7 +7,7 @@ pub mod worker;
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
-use turnstream_protocol::{Message, ToolCall, Usage};
+use turnstream_protocol::{Attachment, Message, ToolCall, Usage};
 
 /// What an agent is given for one turn.
 #[derive(Debug, Clone)]
@@ -16,6 +16,8 @@ pub struct TurnContext {
     pub turn_id: String,
     /// The user message that started this turn.
     pub user_message: String,
+    /// The files that message refers to (contract v1.2), in the order they were posted.
+    pub attachments: Vec<Attachment>,
     /// The session's earlier messages, oldest first, not including `user_message`.
     pub history: Vec<Message>,
 }

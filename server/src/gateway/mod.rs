@@ -26,6 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use turnstream_protocol::attachment::{check_attachments, AttachmentError};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
     MAX_REQUEST_BODY_BYTES,
@@ -177,7 +178,8 @@ async fn post_message(
     access::require(&principal, Scope::Write, &session)?;
     let Json(req) = body?;
     let author = message_author(&principal, req.author.as_deref())?;
-    if req.content.trim().is_empty() {
+    // A message of attachments alone (an image without a caption) needs no text.
+    if req.content.trim().is_empty() && req.attachments.is_empty() {
         return Err(AppError::bad_request(
             "empty_content",
             "content must not be empty",
@@ -192,6 +194,15 @@ async fn post_message(
                 req.content.len()
             ),
         ));
+    }
+    if let Err(e) = check_attachments(&req.content, &req.attachments) {
+        let status = match e {
+            AttachmentError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AttachmentError::TooMany(_) | AttachmentError::Invalid { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+        };
+        return Err(AppError::new(status, e.code(), e.to_string()));
     }
     if let Some(cmid) = &req.client_message_id {
         if !is_valid_id(cmid) {
@@ -215,6 +226,7 @@ async fn post_message(
         .accept_message(
             &session,
             &req.content,
+            req.attachments,
             req.client_message_id.as_deref(),
             author,
             state.limits.max_active_turns,

@@ -17,10 +17,10 @@ use turnstream_protocol::worker::{
     HeartbeatRequest, LeaseGrant, WorkerAck, WorkerError, WorkerEvent,
 };
 use turnstream_protocol::{
-    ActiveTurn, CancelResponse, ClearRealtimeResponse, ErrorBody, ErrorDetail, Event, EventBody,
-    HistoryResponse, Message, MessageStatus, PostMessageRequest, PostMessageResponse, ResyncReason,
-    ResyncRequired, Role, Snapshot, TokenExpired, ToolCall, ToolStatus, Truncation, TurnInfo,
-    TurnState, Usage,
+    ActiveTurn, Attachment, CancelResponse, ClearRealtimeResponse, ErrorBody, ErrorDetail, Event,
+    EventBody, HistoryResponse, Message, MessageStatus, PostMessageRequest, PostMessageResponse,
+    ResyncReason, ResyncRequired, Role, Snapshot, TokenExpired, ToolCall, ToolStatus, Truncation,
+    TurnInfo, TurnState, Usage,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -61,6 +61,7 @@ use super::error::AppError;
         PostMessageResponse,
         HistoryResponse,
         Message,
+        Attachment,
         Role,
         MessageStatus,
         TurnInfo,
@@ -193,12 +194,12 @@ struct StatusBody {
     request_body(content = PostMessageRequest, content_type = "application/json"),
     responses(
         (status = 202, description = "The message and its turn were created.", body = PostMessageResponse),
-        (status = 200, description = "Idempotent retry: same `client_message_id` and content; the original answer.", body = PostMessageResponse),
-        (status = 400, description = "`invalid_session_id`, `invalid_path`, `invalid_json`, `empty_content`, `invalid_client_message_id`, `invalid_author`.", body = ErrorBody),
+        (status = 200, description = "Idempotent retry: same `client_message_id`, content and attachments; the original answer.", body = PostMessageResponse),
+        (status = 400, description = "`invalid_session_id`, `invalid_path`, `invalid_json`, `empty_content`, `too_many_attachments`, `invalid_attachment` (v1.2), `invalid_client_message_id`, `invalid_author`.", body = ErrorBody),
         (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired` (with `WWW-Authenticate: Bearer`).", body = ErrorBody),
         (status = 403, description = "`forbidden` (the token does not allow `write` on this session, or names another author), `forbidden_origin` (cross-site request).", body = ErrorBody),
-        (status = 409, description = "`client_message_id_conflict`: the id was used with other content.", body = ErrorBody),
-        (status = 413, description = "`body_too_large`, `content_too_large`.", body = ErrorBody),
+        (status = 409, description = "`client_message_id_conflict`: the id was used with other content or attachments.", body = ErrorBody),
+        (status = 413, description = "`body_too_large`, `content_too_large` (the content and the `data:` URLs of its attachments together).", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`.", body = ErrorBody),
         (status = 422, description = "`invalid_body`: JSON of the wrong shape.", body = ErrorBody),
         (status = 429, description = "`too_many_active_turns`; `rate_limited` (with `Retry-After`).", body = ErrorBody),

@@ -1,7 +1,8 @@
-//! Write health: whether the journal's latest write attempts reached the disk. The writer thread
-//! records every attempt; readiness and cancel read it. While writes fail, the writer probes the
-//! storage by itself (see `writer`), so health comes back with the storage, without a restart
-//! and without waiting for traffic.
+//! Write health: whether the journal's writes reach the disk. The writer thread records every
+//! write that fails; readiness and cancel read it. While writes fail, the writer probes the
+//! storage by itself, and only a probe that succeeds ends the fault (see `writer`), so health
+//! comes back with the storage, without a restart and without waiting for traffic, and does not
+//! come and go while the storage stays full.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,7 +66,7 @@ impl WriteHealth {
         self.failing_flag.load(Ordering::Acquire)
     }
 
-    /// A write attempt reached the disk.
+    /// The writer's probe reached the disk: the storage takes writes again.
     pub(crate) fn record_ok(&self) {
         if !self.is_failing() {
             return;

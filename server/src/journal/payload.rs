@@ -1,5 +1,7 @@
 //! The payload cap: no stored event is larger than [`MAX_EVENT_PAYLOAD_BYTES`]. Oversized string
 //! fields keep a bounded preview and the event says which field was cut and how big it was.
+//! A message's attachments are never cut (a URL cut short names nothing): their limits leave
+//! room for them whole, and the message's text is cut instead.
 
 use serde_json::Value;
 use turnstream_protocol::limits::{MAX_EVENT_PAYLOAD_BYTES, TRUNCATED_PREVIEW_BYTES};
@@ -8,6 +10,9 @@ use turnstream_protocol::Truncation;
 /// Room kept for the envelope (id, session, turn, timestamp) and the truncation list, so the
 /// whole event a client receives fits the cap, not only its kind-specific part.
 const ENVELOPE_ROOM: usize = 2 * 1024;
+
+/// The field whose strings are never cut: a message's attachments.
+const UNCUT: &str = "attachments";
 
 /// Largest kind-specific part of an event, as JSON.
 pub const BODY_LIMIT: usize = MAX_EVENT_PAYLOAD_BYTES - ENVELOPE_ROOM;
@@ -50,7 +55,7 @@ fn find_largest(value: &Value, path: String, best: &mut Option<(String, usize)>,
             *best = Some((path, s.len()));
         }
         Value::Object(map) => {
-            for (k, v) in map {
+            for (k, v) in map.iter().filter(|(k, _)| k.as_str() != UNCUT) {
                 let p = if path.is_empty() {
                     k.clone()
                 } else {
@@ -130,6 +135,20 @@ mod tests {
         assert_eq!(cuts.len(), 1);
         assert_eq!(cuts[0].field, "message.content");
         assert_eq!(v["other"].as_str().map(str::len), Some(10_000));
+    }
+
+    #[test]
+    fn attachments_stay_whole_and_the_text_is_cut() {
+        let url = format!("data:image/png;base64,{}", "A".repeat(40_000));
+        let mut v = json!({"message": {
+            "content": "\u{1}".repeat(40_000),
+            "attachments": [{"url": url, "media_type": "image/png"}],
+        }});
+        let cuts = cap(&mut v);
+        assert_eq!(cuts.len(), 1);
+        assert_eq!(cuts[0].field, "message.content");
+        assert_eq!(v["message"]["attachments"][0]["url"], url);
+        assert!(encoded_len(&v) <= BODY_LIMIT);
     }
 
     proptest::proptest! {

@@ -96,6 +96,10 @@ ALTER TABLE turns ADD COLUMN lease_expires_at INTEGER;
 ALTER TABLE turns ADD COLUMN worker_seq INTEGER NOT NULL DEFAULT -1;
 CREATE INDEX turns_leased ON turns(lease_expires_at) WHERE state = 'running' AND lease_token IS NOT NULL;
 "#,
+    // v5 (contract v1.2): the files a user message refers to, as a JSON array; NULL for none.
+    r#"
+ALTER TABLE messages ADD COLUMN attachments TEXT;
+"#,
 ];
 
 /// The schema version this build writes.

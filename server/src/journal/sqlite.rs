@@ -140,6 +140,10 @@ impl super::writer::WriteConn for Connection {
         super::writer::write_probe(self)
     }
 
+    fn free_bytes(&self) -> Option<u64> {
+        free_bytes(std::path::Path::new(self.path().filter(|p| !p.is_empty())?))
+    }
+
     fn stored_head(&mut self) -> Result<i64> {
         Sql::head(self)
     }
@@ -153,6 +157,18 @@ impl super::writer::WriteConn for Connection {
         // `in_transaction`.
         false
     }
+}
+
+/// Bytes the file system holding `path` has free for this process (`statvfs`'s `f_bavail`).
+#[cfg(unix)]
+fn free_bytes(path: &std::path::Path) -> Option<u64> {
+    let fs = rustix::fs::statvfs(path).ok()?;
+    Some(fs.f_bavail.saturating_mul(fs.f_frsize))
+}
+
+#[cfg(not(unix))]
+fn free_bytes(_path: &std::path::Path) -> Option<u64> {
+    None
 }
 
 /// Read connections of a SQLite journal: opened read-only on demand, a few kept idle.

@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 
 use turnstream_protocol::{
-    ActiveTurn, Cursor, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
-    Role, TurnInfo, TurnState, Usage,
+    ActiveTurn, Attachment, Cursor, EventBody, HistoryResponse, Message, MessageStatus,
+    PostMessageResponse, Role, TurnInfo, TurnState, Usage,
 };
 
 use super::sql::{params, Row, Sql};
@@ -57,7 +57,24 @@ fn parse_state(s: &str) -> Result<TurnState> {
 }
 
 pub(super) const MESSAGE_COLUMNS: &str =
-    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author";
+    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, attachments";
+
+/// The `attachments` column: a JSON array, NULL for none (every message before v1.2, and most
+/// after), so a message without attachments costs nothing more to store.
+fn attachments_column(attachments: &[Attachment]) -> Result<Option<String>> {
+    if attachments.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::to_string(attachments)?))
+}
+
+fn attachments_from_column(column: Option<String>) -> Result<Vec<Attachment>> {
+    match column {
+        None => Ok(Vec::new()),
+        Some(json) => serde_json::from_str(&json)
+            .map_err(|e| Error::Corrupt(format!("a message's attachments: {e}"))),
+    }
+}
 
 pub(super) fn message_from_row(r: &Row, epoch: &str) -> Result<Message> {
     let role = r.text(2)?;
@@ -76,6 +93,7 @@ pub(super) fn message_from_row(r: &Row, epoch: &str) -> Result<Message> {
         created_at: r.int(6)?,
         event_id: Cursor::new(epoch, r.int(7)?).to_string(),
         author: r.opt_text(8)?,
+        attachments: attachments_from_column(r.opt_text(9)?)?,
     })
 }
 
@@ -166,6 +184,7 @@ impl Journal {
         &self,
         session_id: &str,
         content: &str,
+        attachments: Vec<Attachment>,
         client_message_id: Option<&str>,
         author: Option<&str>,
         max_active_turns: usize,
@@ -174,17 +193,19 @@ impl Journal {
         let author = author.map(str::to_string);
         let content = content.to_string();
         let cmid = client_message_id.map(str::to_string);
+        let stored_attachments = attachments_column(&attachments)?;
         self.write(move |ctx| {
             if let Some(cmid) = &cmid {
                 let existing = ctx.conn.query_row(
-                    "SELECT message_id, content, turn_id, event_seq FROM messages
+                    "SELECT message_id, content, turn_id, event_seq, attachments FROM messages
                      WHERE session_id = ?1 AND client_message_id = ?2",
                     params![&session_id, cmid],
                 )?;
                 if let Some(row) = existing {
                     let (message_id, old_content, turn_id, seq) =
                         (row.text(0)?, row.text(1)?, row.opt_text(2)?, row.int(3)?);
-                    if old_content != content {
+                    // Written by this code from the same type: equal attachments are equal text.
+                    if old_content != content || row.opt_text(4)? != stored_attachments {
                         return Err(Error::ClientMessageConflict(cmid.clone()));
                     }
                     return Ok(Accepted {
@@ -224,14 +245,15 @@ impl Journal {
                     created_at: now,
                     event_id: cursor.to_string(),
                     author: author.clone(),
+                    attachments: attachments.clone(),
                 };
                 message = Some(m.clone());
                 EventBody::MessageReceived { message: m }
             })?;
             ctx.conn.execute(
-                "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position)
-                 VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT))",
-                params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author],
+                "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position, attachments)
+                 VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT), ?9)",
+                params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author, &stored_attachments],
             )?;
             let queued_seq = ctx.append(&session_id, Some(&turn_id), |_| EventBody::TurnQueued {})?;
             ctx.conn.execute(
@@ -253,10 +275,10 @@ impl Journal {
         .await
     }
 
-    /// The oldest queued turn of a session, with its user message's content.
-    pub async fn next_queued_turn(&self, session_id: &str) -> Result<Option<(TurnRow, String)>> {
+    /// The oldest queued turn of a session, with its user message.
+    pub async fn next_queued_turn(&self, session_id: &str) -> Result<Option<(TurnRow, Message)>> {
         let session_id = session_id.to_string();
-        self.read(move |conn, _| {
+        self.read(move |conn, epoch| {
             let Some(turn) = turns(
                 conn,
                 &format!(
@@ -269,15 +291,9 @@ impl Journal {
             .next() else {
                 return Ok(None);
             };
-            let content = conn
-                .query_texts(
-                    "SELECT content FROM messages WHERE message_id = ?1",
-                    params![&turn.user_message_id],
-                )?
-                .into_iter()
-                .next()
+            let message = message_by_id(conn, epoch, &turn.user_message_id)?
                 .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
-            Ok(Some((turn, content)))
+            Ok(Some((turn, message)))
         })
         .await
     }
@@ -564,6 +580,7 @@ pub(super) fn end_turn_in(
             created_at: now,
             event_id: cursor.to_string(),
             author: None,
+            attachments: Vec::new(),
         };
         message = Some(m.clone());
         EventBody::TurnEnded {

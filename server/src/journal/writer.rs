@@ -2,13 +2,20 @@
 //! one transaction (group commit), each job inside a savepoint of its own, and fans the batch's
 //! events out only after the commit. A batch that cannot be committed is lost as a whole: every
 //! job in it is told so, none of its events reaches the hub, and the ids it used are handed out
-//! again (no client ever saw them). While writes fail, the thread probes the storage by itself.
+//! again (no client ever saw them).
+//!
+//! While writes fail, the thread probes the storage by itself, and only the probe ends the
+//! fault: a write that lands meanwhile may have fitted where a larger one does not (a write that
+//! finds the disk full has written part of itself before failing, and what it wrote is room for
+//! the next small one). The probe asks for what the largest message needs, through the same
+//! transaction as every write, so it cannot succeed where the writes it stands for would fail.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+use turnstream_protocol::limits::MAX_EVENT_PAYLOAD_BYTES;
 
 use super::health::WriteHealth;
 use super::sql::{Param, Sql};
@@ -24,6 +31,14 @@ const MAX_BATCH: usize = 1024;
 const PROBE_FIRST: Duration = Duration::from_millis(100);
 /// Longest wait between probes of failing storage: how late readiness may notice recovery.
 const PROBE_MAX: Duration = Duration::from_secs(1);
+/// What the probe writes, in bytes: as much as the largest message a client can send (its text in
+/// history and its `message_received` event, each at most one event payload). A one-row probe
+/// fits in the few pages a full disk still has (what a failed write left allocated) while every
+/// message is refused, and readiness would come and go with each probe.
+const PROBE_BYTES: usize = 2 * MAX_EVENT_PAYLOAD_BYTES;
+/// Free space the probe asks of the journal's file system, where it can tell: room for the probe
+/// and, after it, for the largest message.
+const PROBE_ROOM: u64 = 2 * PROBE_BYTES as u64;
 /// Longest a write waits for a lock held elsewhere once writes are already failing. A write
 /// has waited the whole busy timeout to find the lock still held; the writes after it (and the
 /// probes) fail fast instead of each waiting as long again in the one writer's queue.
@@ -118,8 +133,15 @@ pub(super) trait WriteConn: Send {
     /// Rolls back whatever is left of the transaction.
     fn rollback(&mut self);
 
-    /// A one-row write that touches the storage like any other, in a transaction of its own.
+    /// A one-row write in a transaction of its own: after a probe succeeded, it puts the probe's
+    /// row back to its small size.
     fn probe(&mut self) -> Result<()>;
+
+    /// Bytes free on the file system that holds the database, when this process can tell (a
+    /// database file on a Unix file system); `None` for a database elsewhere.
+    fn free_bytes(&self) -> Option<u64> {
+        None
+    }
 
     /// The stored head (after a commit reported as failed).
     fn stored_head(&mut self) -> Result<i64>;
@@ -135,10 +157,21 @@ pub(super) trait WriteConn: Send {
 
 /// The write [`WriteConn::probe`] makes, the same on every database.
 pub(super) fn write_probe(conn: &dyn Sql) -> Result<()> {
+    write_probe_value(conn, &now_ms().to_string())
+}
+
+/// The probe's row, `bytes` long: random text, so no database stores it in less (PostgreSQL
+/// compresses a long value that repeats itself).
+fn write_probe_of(conn: &dyn Sql, bytes: usize) -> Result<()> {
+    use rand::distr::{Alphanumeric, SampleString};
+    write_probe_value(conn, &Alphanumeric.sample_string(&mut rand::rng(), bytes))
+}
+
+fn write_probe_value(conn: &dyn Sql, value: &str) -> Result<()> {
     conn.execute(
         "INSERT INTO meta(key, value) VALUES ('write_probe', ?1)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        &[Param::Text(&now_ms().to_string())],
+        &[Param::Text(value)],
     )?;
     Ok(())
 }
@@ -168,6 +201,8 @@ impl Writer {
     pub(super) fn run(mut self, rx: std_mpsc::Receiver<Job>) {
         let mut next_seq = self.head.load(Ordering::Acquire) + 1;
         let mut probe_wait = PROBE_FIRST;
+        // While writes fail: when the next probe is due.
+        let mut probe_at: Option<Instant> = None;
         let mut failing = false;
         loop {
             if failing != self.health.is_failing() {
@@ -182,17 +217,23 @@ impl Writer {
                 }
             }
             let first = if self.health.is_failing() {
-                match rx.recv_timeout(probe_wait) {
+                // Due however many writes keep coming: only the probe ends the fault.
+                let due = *probe_at.get_or_insert_with(|| Instant::now() + probe_wait);
+                let now = Instant::now();
+                if now >= due {
+                    self.probe(&mut next_seq);
+                    probe_wait = (probe_wait * 2).min(PROBE_MAX);
+                    probe_at = None;
+                    continue;
+                }
+                match rx.recv_timeout(due - now) {
                     Ok(job) => job,
-                    Err(std_mpsc::RecvTimeoutError::Timeout) => {
-                        self.probe();
-                        probe_wait = (probe_wait * 2).min(PROBE_MAX);
-                        continue;
-                    }
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => continue,
                     Err(std_mpsc::RecvTimeoutError::Disconnected) => break,
                 }
             } else {
                 probe_wait = PROBE_FIRST;
+                probe_at = None;
                 match rx.recv() {
                     Ok(job) => job,
                     Err(_) => break,
@@ -206,24 +247,50 @@ impl Writer {
                 }
             }
             self.metrics.batch_size.observe(batch.len() as f64);
-            match self.commit_batch(batch, &mut next_seq) {
-                None => self.health.record_ok(),
-                Some((fault, message)) => self.health.record_fault(fault, &message),
+            // A batch that lands does not end a fault (see the module docs); one that fails
+            // starts or prolongs it.
+            if let Some((fault, message)) = self.commit_batch(batch, &mut next_seq) {
+                self.health.record_fault(fault, &message);
             }
         }
         tracing::debug!("journal writer stopped");
     }
 
-    /// A write that touches the disk like any other (one row, one durable commit), run while
-    /// writes fail so health returns once the storage does, even with no traffic.
-    fn probe(&mut self) {
-        match self.conn.probe() {
+    /// The one way out of a fault, run while writes fail so health returns once the storage
+    /// does, even with no traffic: a write that needs what a real one needs. [`PROBE_ROOM`] free
+    /// on the database's file system (where the server can tell), [`PROBE_BYTES`] written by
+    /// one job in a batch of its own (the same transaction, locks and durable commit as every
+    /// write), then the row put back to its small size. Ready again means all three held.
+    fn probe(&mut self, next_seq: &mut i64) {
+        let outcome = match self.conn.free_bytes() {
+            Some(free) if free < PROBE_ROOM => Err(Error::storage(
+                StorageFault::Full,
+                format!(
+                    "the database's file system has {free} bytes free; writes resume once it \
+                     has {PROBE_ROOM}"
+                ),
+            )),
+            _ => self.probe_write(next_seq),
+        };
+        match outcome {
             Ok(()) => self.health.record_ok(),
             Err(e) => {
                 let fault = e.storage_fault().unwrap_or(StorageFault::Unavailable);
                 self.health
                     .record_fault(fault, &format!("write probe failed: {e}"));
             }
+        }
+    }
+
+    /// [`PROBE_BYTES`] through a batch of its own, then the one-row write that shrinks it back.
+    fn probe_write(&mut self, next_seq: &mut i64) -> Result<()> {
+        let (job, mut done) = Job::new(false, |ctx| write_probe_of(ctx.conn, PROBE_BYTES));
+        match (self.commit_batch(vec![job], next_seq), done.try_recv()) {
+            (None, Ok(Ok(()))) => self.conn.probe(),
+            (Some((fault, message)), _) => Err(Error::storage(fault, message)),
+            (None, Ok(Err(e))) => Err(e),
+            // (Never: the batch answers every job before it returns.)
+            (None, Err(_)) => Err(Error::Closed),
         }
     }
 
@@ -531,6 +598,102 @@ mod tests {
         Ok(())
     }
 
+    /// SQLite's connection, reporting `free` bytes free on its file system.
+    struct Reporting {
+        conn: rusqlite::Connection,
+        free: Option<u64>,
+    }
+
+    impl WriteConn for Reporting {
+        fn begin(&mut self) -> Result<Option<i64>> {
+            self.conn.begin()
+        }
+        fn sql(&self) -> &dyn Sql {
+            &self.conn
+        }
+        fn in_transaction(&self) -> bool {
+            WriteConn::in_transaction(&self.conn)
+        }
+        fn commit(&mut self, head: i64) -> Result<()> {
+            WriteConn::commit(&mut self.conn, head)
+        }
+        fn rollback(&mut self) {
+            WriteConn::rollback(&mut self.conn)
+        }
+        fn probe(&mut self) -> Result<()> {
+            self.conn.probe()
+        }
+        fn stored_head(&mut self) -> Result<i64> {
+            self.conn.stored_head()
+        }
+        fn set_busy_timeout(&mut self, wait: Duration) -> Result<()> {
+            self.conn.set_busy_timeout(wait)
+        }
+        fn spoiled(&self) -> bool {
+            self.conn.spoiled()
+        }
+        fn free_bytes(&self) -> Option<u64> {
+            self.free
+        }
+    }
+
+    fn probe_value(w: &Writer) -> Result<Option<String>> {
+        Ok(w.conn
+            .sql()
+            .query_texts("SELECT value FROM meta WHERE key = 'write_probe'", &[])?
+            .into_iter()
+            .next())
+    }
+
+    #[test]
+    fn the_probe_asks_for_room_then_writes_a_message_s_size_and_shrinks_back() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let (_hub, mut w) = writer(dir.path())?;
+        #[cfg(unix)]
+        assert!(
+            w.conn.free_bytes().is_some_and(|b| b > 0),
+            "a database file on a Unix file system knows its free space"
+        );
+        let path = dir.path().join("w.db");
+        w.conn = Box::new(Reporting {
+            conn: rusqlite::Connection::open(&path)?,
+            free: Some(PROBE_ROOM - 1),
+        });
+        let mut next_seq = 1;
+        w.health.record_fault(StorageFault::Full, "disk full");
+        w.probe(&mut next_seq);
+        let failing = w.health.failing().ok_or("still failing")?;
+        assert_eq!(failing.fault, StorageFault::Full);
+        assert!(
+            failing.message.contains("bytes free"),
+            "{}",
+            failing.message
+        );
+        assert_eq!(probe_value(&w)?, None, "nothing written without the room");
+
+        w.conn = Box::new(Reporting {
+            conn: rusqlite::Connection::open(&path)?,
+            free: Some(PROBE_ROOM),
+        });
+        w.probe(&mut next_seq);
+        assert!(!w.health.is_failing(), "the probe ends the fault");
+        let value = probe_value(&w)?.ok_or("no probe row")?;
+        assert!(value.len() < 20, "the probe's row is shrunk back");
+        // What it wrote is left as free pages of the database (for the next writes to reuse).
+        let free_pages = w
+            .conn
+            .sql()
+            .query_int("PRAGMA freelist_count", &[])?
+            .unwrap_or(0);
+        assert!(
+            free_pages as usize * 4096 >= PROBE_BYTES * 9 / 10,
+            "{free_pages} free pages after the probe"
+        );
+        assert!(events(&w)?.is_empty(), "the probe journals no event");
+        assert_eq!(next_seq, 1, "and uses no event id");
+        Ok(())
+    }
+
     #[test]
     fn a_lock_held_elsewhere_fails_the_batch_and_the_probe_notices_its_release() -> TestResult {
         let dir = tempfile::tempdir()?;
@@ -552,13 +715,13 @@ mod tests {
             })
         ));
         w.health.record_fault(StorageFault::Unavailable, "locked");
-        w.probe();
+        w.probe(&mut next_seq);
         assert!(
             w.health.is_failing(),
             "the probe fails while the lock is held"
         );
         other.execute_batch("ROLLBACK")?;
-        w.probe();
+        w.probe(&mut next_seq);
         assert!(
             !w.health.is_failing(),
             "the probe succeeds once the lock is gone"

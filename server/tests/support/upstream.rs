@@ -158,6 +158,13 @@ pub fn data(frame: &Value) -> Vec<u8> {
     format!("data: {frame}\n\n").into_bytes()
 }
 
+/// llama.cpp's error inside a stream: a line of the SSE field `error` (where `data:` lines were)
+/// carrying the error object, then a blank line, as its server's
+/// `server_sent_event(sink, "error", error_data)` writes it; `[DONE]` follows.
+pub fn llama_cpp_error(error: &Value) -> Vec<u8> {
+    format!("error: {error}\n\n").into_bytes()
+}
+
 pub fn done() -> Vec<u8> {
     b"data: [DONE]\n\n".to_vec()
 }
@@ -221,6 +228,7 @@ pub fn ctx(user_message: &str, history: Vec<Message>) -> TurnContext {
         session_id: "s1".into(),
         turn_id: "t1".into(),
         user_message: user_message.into(),
+        attachments: Vec::new(),
         history,
     }
 }
@@ -236,6 +244,7 @@ pub fn message(role: Role, content: &str, status: MessageStatus) -> Message {
         created_at: 0,
         event_id: "e-1".into(),
         author: None,
+        attachments: Vec::new(),
     }
 }
 

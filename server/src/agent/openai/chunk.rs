@@ -1,8 +1,8 @@
 //! Reading a chat-completions stream, one SSE frame at a time, in every dialect the compatible
 //! servers speak: errors inside a 200 stream (OpenAI's and OpenRouter's `{"error": {...}}` chunk,
-//! vLLM's `{"object": "error"}` chunk, llama.cpp's `event: error` frame), the reasons a choice
-//! can finish, both spellings of reasoning, and tool calls keyed by `index`, by `id`, or (Ollama)
-//! all at `index: 0` with different ids.
+//! vLLM's `{"object": "error"}` chunk, llama.cpp's `error: {json}` line and `event: error` frame),
+//! the reasons a choice can finish, both spellings of reasoning, and tool calls keyed by `index`,
+//! by `id`, or (Ollama) all at `index: 0` with different ids.
 
 use serde_json::Value;
 use turnstream_protocol::sse::Frame;
@@ -54,7 +54,8 @@ impl Turn {
     pub fn frame(&mut self, frame: &Frame, sink: &TurnSink) -> Result<Next, Failure> {
         let data = frame.data.trim();
         if frame.event == "error" {
-            // llama.cpp: `event: error` with the error object as data, then `[DONE]`.
+            // llama.cpp: an `error: {json}` line where data lines were (the decoder reads it as
+            // this event), or `event: error` with the error object as data; then `[DONE]`.
             let error = serde_json::from_str::<Value>(data).ok();
             let message = error
                 .as_ref()

@@ -113,12 +113,13 @@ impl OpenAiAgent {
     }
 
     /// The request body: the system prompt, the session's history as context, then this turn's
-    /// user message, and the sampling settings that were configured.
+    /// user message with its attachments, and the sampling settings that were configured.
     fn body(&self, ctx: &TurnContext) -> Value {
         let messages = context::messages(
             self.options.system_prompt.as_deref(),
             &ctx.history,
             &ctx.user_message,
+            &ctx.attachments,
         );
         let mut body = json!({"model": self.model, "stream": true, "messages": messages});
         if self.options.include_usage {
@@ -210,7 +211,8 @@ impl OpenAiAgent {
             return Err(status_failure(response).await);
         }
 
-        let mut decoder = Decoder::new();
+        // llama.cpp writes an error as an `error: {json}` line, read here as an `error` frame.
+        let mut decoder = Decoder::with_field_as_event("error");
         // Bytes of a UTF-8 character cut by a chunk boundary, completed by the next chunk.
         let mut pending: Vec<u8> = Vec::new();
         let mut stream = response.bytes_stream();

@@ -9,8 +9,10 @@ use crate::error::{Error, Result};
 use crate::journal::sql::Sql;
 
 /// Migrations in order; migration `i` moves the schema from version `i` to `i + 1`. The first
-/// is SQLite's four migrations in one, with 64-bit integers throughout.
-const MIGRATIONS: &[&str] = &[r#"
+/// is SQLite's first four migrations in one, with 64-bit integers throughout; the ones after it
+/// follow SQLite's one for one.
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -82,7 +84,12 @@ CREATE TABLE floors (
     session_id TEXT PRIMARY KEY,
     floor_seq  BIGINT NOT NULL
 );
-"#];
+"#,
+    // v2 (SQLite's v5, contract v1.2): the files a user message refers to, as a JSON array.
+    r#"
+ALTER TABLE messages ADD COLUMN attachments TEXT;
+"#,
+];
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
