@@ -355,6 +355,7 @@ fn user_entry<V: Value>(v: &V) -> Option<UserEntry> {
         from_server: boolean(v, "from_server")?,
         send_order: u64::try_from(int(v, "send_order")?).ok()?,
         author: opt_string(v, "author")?,
+        attachments: list(v, "attachments", attachment)?,
     })
 }
 
@@ -406,6 +407,7 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
             session_id,
             client_message_id: string(v, "client_message_id")?,
             content: string(v, "content")?,
+            attachments: list(v, "attachments", attachment)?,
             created_at: int(v, "created_at")?,
         },
         "posted" => TabMessage::Posted {
@@ -596,9 +598,27 @@ pub fn write_int(out: &mut String, n: i64) {
     }
 }
 
+/// An attachment, `name` skipped when absent as the protocol's serde does.
+fn write_attachment(out: &mut String, a: &Attachment) {
+    let mut o = Obj::new(out);
+    o.str("url", &a.url).str("media_type", &a.media_type);
+    if let Some(name) = &a.name {
+        o.str("name", name);
+    }
+    o.end();
+}
+
+/// `"attachments": [...]`, skipped when empty as the protocol's serde does (v1 readers see the
+/// shape they know).
+fn write_attachments(o: &mut Obj<'_>, attachments: &[Attachment]) {
+    if !attachments.is_empty() {
+        o.list("attachments", attachments, write_attachment);
+    }
+}
+
 fn write_message(out: &mut String, m: &Message) {
-    Obj::new(out)
-        .str("message_id", &m.message_id)
+    let mut o = Obj::new(out);
+    o.str("message_id", &m.message_id)
         .opt_str("client_message_id", m.client_message_id.as_deref())
         .str(
             "role",
@@ -612,8 +632,9 @@ fn write_message(out: &mut String, m: &Message) {
         .opt_str("turn_id", m.turn_id.as_deref())
         .int("created_at", m.created_at)
         .str("event_id", &m.event_id)
-        .opt_str("author", m.author.as_deref())
-        .end();
+        .opt_str("author", m.author.as_deref());
+    write_attachments(&mut o, &m.attachments);
+    o.end();
 }
 
 fn write_tool(out: &mut String, t: &ToolCall) {
@@ -687,8 +708,9 @@ fn write_user(out: &mut String, u: &UserEntry) {
             "send_order",
             i64::try_from(u.send_order).unwrap_or(i64::MAX),
         )
-        .opt_str("author", u.author.as_deref())
-        .end();
+        .opt_str("author", u.author.as_deref());
+    write_attachments(&mut o, &u.attachments);
+    o.end();
 }
 
 fn write_progress(out: &mut String, p: &Progress) {
@@ -746,13 +768,15 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
             session_id,
             client_message_id,
             content,
+            attachments,
             created_at,
         } => {
             o.str("type", "optimistic")
                 .str("session_id", session_id)
                 .str("client_message_id", client_message_id)
-                .str("content", content)
-                .int("created_at", *created_at);
+                .str("content", content);
+            write_attachments(&mut o, attachments);
+            o.int("created_at", *created_at);
         }
         TabMessage::Posted {
             session_id,
@@ -856,12 +880,17 @@ pub fn relay_json(msg: &Relay) -> String {
 }
 
 /// The body of `POST /messages`.
-pub fn post_request_json(content: &str, client_message_id: &str) -> String {
+pub fn post_request_json(
+    content: &str,
+    client_message_id: &str,
+    attachments: &[Attachment],
+) -> String {
     let mut out = String::new();
-    Obj::new(&mut out)
-        .str("content", content)
-        .str("client_message_id", client_message_id)
-        .end();
+    let mut o = Obj::new(&mut out);
+    o.str("content", content)
+        .str("client_message_id", client_message_id);
+    write_attachments(&mut o, attachments);
+    o.end();
     out
 }
 

@@ -21,4 +21,4 @@ mod browser;
 
 /// The JS API, also reachable from Rust (the browser tests drive it this way).
 #[cfg(target_arch = "wasm32")]
-pub use browser::ChatClient;
+pub use browser::{ChatClient, SendOptions};

@@ -3,7 +3,7 @@
 //! turn-status checks). Each is keyed by id and merged like any other source, never by arrival.
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::{ErrorDetail, PostMessageResponse, TurnInfo};
+use turnstream_protocol::{Attachment, ErrorDetail, PostMessageResponse, TurnInfo};
 
 use crate::reducer::Conversation;
 
@@ -16,6 +16,9 @@ pub enum TabMessage {
         session_id: String,
         client_message_id: String,
         content: String,
+        /// Its files (contract v1.2); absent when none, as a tab of an earlier SDK writes it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
         created_at: i64,
     },
     /// The server accepted a message.
@@ -57,9 +60,10 @@ impl TabMessage {
             TabMessage::Optimistic {
                 client_message_id,
                 content,
+                attachments,
                 created_at,
                 ..
-            } => conv.apply_optimistic(client_message_id, content, *created_at),
+            } => conv.apply_optimistic(client_message_id, content, attachments, *created_at),
             TabMessage::Posted { response, .. } => conv.apply_post_response(response),
             TabMessage::Rejected {
                 client_message_id,

@@ -7,7 +7,7 @@
 
 use js_sys::{Function, Object, Promise, Reflect};
 use turnstream_client::reducer::{Connection, Conversation, EntryStatus, EntryView, Role, View};
-use turnstream_client::ChatClient;
+use turnstream_client::{ChatClient, SendOptions};
 use turnstream_protocol::{
     Event, EventBody, HistoryResponse, Message, MessageStatus, Role as WireRole, TurnInfo,
     TurnState,
@@ -155,7 +155,9 @@ async fn wait_for(c: &ChatClient, what: &str, cond: impl Fn(&View) -> bool) -> V
 }
 
 async fn send(c: &ChatClient, text: &str) -> String {
-    let result = JsFuture::from(c.send(text.to_owned())).await.expect("send");
+    let result = JsFuture::from(c.send(text.to_owned(), None))
+        .await
+        .expect("send");
     Reflect::get(&result, &"clientMessageId".into())
         .expect("clientMessageId")
         .as_string()
@@ -247,6 +249,111 @@ async fn send_and_receive_a_streamed_reply() {
     assert!(Object::is_frozen(&entry(&after, 2).into()));
     close(&c).await;
     assert_eq!(view(&c).connection, Connection::Closed);
+}
+
+/// `{attachments: [{url, mediaType, name?}, ...]}`, `send`'s options.
+fn with_attachments(files: &[(&str, &str, Option<&str>)]) -> SendOptions {
+    let list = js_sys::Array::new();
+    for (url, media_type, name) in files {
+        let a = Object::new();
+        Reflect::set(&a, &"url".into(), &(*url).into()).expect("url");
+        Reflect::set(&a, &"mediaType".into(), &(*media_type).into()).expect("mediaType");
+        if let Some(name) = name {
+            Reflect::set(&a, &"name".into(), &(*name).into()).expect("name");
+        }
+        list.push(&a);
+    }
+    let o = Object::new();
+    Reflect::set(&o, &"attachments".into(), &list).expect("attachments");
+    o.unchecked_into()
+}
+
+#[wasm_bindgen_test]
+async fn attachments_show_from_the_send_to_another_page_s_history() {
+    use turnstream_client::reducer::AttachmentView;
+    let session = fresh_session("files");
+    let c = connect(server(), &session, "memory").await;
+    let files = [
+        (
+            "https://files.example.com/cat.png",
+            "image/png",
+            Some("cat.png"),
+        ),
+        ("data:text/plain;base64,aGk=", "text/plain", None),
+    ];
+    let expected: Vec<AttachmentView> = files
+        .iter()
+        .map(|(url, media_type, name)| AttachmentView {
+            url: (*url).into(),
+            media_type: (*media_type).into(),
+            name: name.map(Into::into),
+        })
+        .collect();
+    // An image needs no caption.
+    let result = JsFuture::from(c.send(String::new(), Some(with_attachments(&files))))
+        .await
+        .expect("send with attachments");
+    let id = Reflect::get(&result, &"clientMessageId".into())
+        .expect("clientMessageId")
+        .as_string()
+        .expect("a string id");
+    assert_eq!(view(&c).messages[0].attachments, expected, "shown at once");
+    let sent = wait_for(&c, "the reply", |v| {
+        reply(v, &id).is_some_and(|r| r.status == EntryStatus::Complete)
+    })
+    .await;
+    assert_eq!(
+        sent.messages[0].attachments, expected,
+        "and after the server's copy"
+    );
+    assert!(sent.messages[1].attachments.is_empty(), "a reply has none");
+    let history = server_history(&session).await;
+    let stored: Vec<(String, String, Option<String>)> = history.messages[0]
+        .attachments
+        .iter()
+        .map(|a| (a.url.clone(), a.media_type.clone(), a.name.clone()))
+        .collect();
+    let posted: Vec<(String, String, Option<String>)> = files
+        .iter()
+        .map(|(u, m, n)| ((*u).into(), (*m).into(), n.map(Into::into)))
+        .collect();
+    assert_eq!(stored, posted, "the server has them as sent");
+
+    let other = connect(server(), &session, "memory").await;
+    let loaded = wait_for(&other, "history in another page", |v| v.messages.len() == 2).await;
+    assert_eq!(loaded.messages[0].attachments, expected);
+
+    // The server's rules: a message that breaks them shows rejected, with the reason.
+    let refused = JsFuture::from(c.send(
+        "x".into(),
+        Some(with_attachments(&[("ftp://h/a.png", "image/png", None)])),
+    ))
+    .await
+    .expect("queued");
+    let refused = Reflect::get(&refused, &"clientMessageId".into())
+        .expect("clientMessageId")
+        .as_string()
+        .expect("a string id");
+    let v = wait_for(&c, "the refusal", |v| {
+        v.messages
+            .iter()
+            .any(|e| e.key == refused && e.status == EntryStatus::Rejected)
+    })
+    .await;
+    let entry = v.messages.iter().find(|e| e.key == refused).expect("entry");
+    let error = entry.error.as_ref().expect("the reason");
+    assert_eq!(error.code, "invalid_attachment");
+    assert!(
+        error.message.contains("attachments[0]"),
+        "{}",
+        error.message
+    );
+    // A value of the wrong shape is refused by `send` itself.
+    let bad: SendOptions = Object::new().unchecked_into();
+    Reflect::set(&bad, &"attachments".into(), &"a.png".into()).expect("set");
+    assert!(JsFuture::from(c.send("x".into(), Some(bad))).await.is_err());
+    close(&c).await;
+    close(&other).await;
 }
 
 #[wasm_bindgen_test]

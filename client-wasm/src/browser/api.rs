@@ -3,10 +3,11 @@
 
 use std::rc::Rc;
 
-use js_sys::{Function, Promise, Reflect};
+use js_sys::{Array, Function, Promise, Reflect};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
 };
+use turnstream_protocol::Attachment;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
@@ -55,6 +56,22 @@ export interface ToolCallView {
   readonly outputPreview: string | null;
 }
 
+/** A file a message refers to: the app stores it and gives its URL. */
+export interface Attachment {
+  /** http:, https:, or data: (the file inline; counts against the 64 KiB of a message). */
+  readonly url: string;
+  /** e.g. "image/png", "application/pdf". */
+  readonly mediaType: string;
+  readonly name: string | null;
+}
+
+/** What `send` takes besides the text. */
+export interface SendOptions {
+  /** `name` may be left out. The server refuses a message whose attachments break its rules
+   *  (more than 16, a URL other than http:, https: or data:, ...): it then shows "rejected". */
+  attachments?: readonly { url: string; mediaType: string; name?: string | null }[];
+}
+
 interface EntryBase {
   /** Stable for the life of the bubble: use it as the React key. */
   readonly key: string;
@@ -63,6 +80,8 @@ interface EntryBase {
   readonly thinking: string;
   readonly tools: readonly ToolCallView[];
   readonly error: EntryError | null;
+  /** The files of a user message, as sent; always empty on replies. */
+  readonly attachments: readonly Attachment[];
 }
 
 export interface UserEntry extends EntryBase {
@@ -145,6 +164,39 @@ fn option<T>(
 // The messages below spell these out (no formatting machinery for two numbers).
 const _: () = assert!(MAX_HISTORY_LIMIT == 1000 && MAX_CONTENT_BYTES == 65536);
 
+/// `send`'s `attachments` option. Only its shape is checked here: the server applies the
+/// contract's rules and refuses a message that breaks them, which then shows `rejected` with
+/// the reason, as any refusal does (the rules, run here too, cost the package over a kilobyte).
+fn parse_attachments(options: Option<&JsValue>) -> Result<Vec<Attachment>, JsValue> {
+    const SHAPE: &str = "turnstream: attachments must be an array of { url, mediaType, name? }";
+    let Some(options) = options else {
+        return Ok(Vec::new());
+    };
+    let shape = || js_error(SHAPE);
+    let Some(list) = option(
+        options,
+        "attachments",
+        |v| v.clone().dyn_into::<Array>().ok(),
+        SHAPE,
+    )?
+    else {
+        return Ok(Vec::new());
+    };
+    let mut attachments = Vec::with_capacity(list.length() as usize);
+    for item in list.iter() {
+        if !item.is_object() {
+            return Err(shape());
+        }
+        let text = |key: &str| option(&item, key, JsValue::as_string, SHAPE);
+        attachments.push(Attachment {
+            url: text("url")?.ok_or_else(shape)?,
+            media_type: text("mediaType")?.ok_or_else(shape)?,
+            name: text("name")?,
+        });
+    }
+    Ok(attachments)
+}
+
 fn parse_options(options: JsValue) -> Result<Options, JsError> {
     if !options.is_object() {
         return Err(JsError::new("turnstream: connect takes an options object"));
@@ -187,6 +239,13 @@ fn parse_options(options: JsValue) -> Result<Options, JsError> {
     })
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// `send`'s options object (the `SendOptions` of the declarations above).
+    #[wasm_bindgen(typescript_type = "SendOptions")]
+    pub type SendOptions;
+}
+
 /// A live, durable view of one chat session.
 #[wasm_bindgen]
 pub struct ChatClient {
@@ -225,20 +284,23 @@ impl ChatClient {
 
     /// Shows the message at once and posts it, now or when the server is reachable again
     /// (it survives a reload in between). Resolves once the message is stored locally.
+    /// `options.attachments`: files the app stored, by URL (text may then be empty).
     #[wasm_bindgen(unchecked_return_type = "Promise<SendResult>")]
-    pub fn send(&self, content: String) -> Promise {
+    pub fn send(&self, content: String, options: Option<SendOptions>) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             if inner.is_closed() {
                 return Err(js_error("turnstream: the client is closed"));
             }
-            if content.trim().is_empty() {
-                return Err(js_error("turnstream: a message cannot be empty"));
-            }
             if content.len() > MAX_CONTENT_BYTES {
                 return Err(js_error("turnstream: a message is at most 65536 bytes"));
             }
-            let id = inner.send(content).await;
+            let options: Option<&JsValue> = options.as_ref().map(AsRef::as_ref);
+            let attachments = parse_attachments(options)?;
+            if content.trim().is_empty() && attachments.is_empty() {
+                return Err(js_error("turnstream: a message cannot be empty"));
+            }
+            let id = inner.send(content, attachments).await;
             let out = js_sys::Object::new();
             js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
             Ok(out.into())

@@ -5,7 +5,8 @@ use std::rc::Rc;
 
 use js_sys::{Function, Object, Promise, Reflect};
 use turnstream_protocol::{
-    CancelResponse, ErrorDetail, HistoryResponse, PostMessageResponse, TurnInfo, CURSOR_HEADER,
+    Attachment, CancelResponse, ErrorDetail, HistoryResponse, PostMessageResponse, TurnInfo,
+    CURSOR_HEADER,
 };
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
@@ -119,9 +120,10 @@ impl Endpoint {
         &self,
         client_message_id: &str,
         content: &str,
+        attachments: &[Attachment],
     ) -> Result<PostMessageResponse, HttpError> {
         let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/messages"]);
-        let body = codec::post_request_json(content, client_message_id);
+        let body = codec::post_request_json(content, client_message_id, attachments);
         decode(
             self.send("POST", &url, Some(&body)).await?,
             codec::post_response,

@@ -17,4 +17,4 @@ mod relay;
 mod storage;
 mod stream;
 
-pub use api::ChatClient;
+pub use api::{ChatClient, SendOptions};

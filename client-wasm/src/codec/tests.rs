@@ -76,7 +76,7 @@ fn msg(n: u32, content: &str) -> Message {
         created_at: 1_700_000_000_000 + i64::from(n),
         event_id: format!("ep1-{n}"),
         author: (n % 3 == 0).then(|| format!("user-{n}")),
-        attachments: Vec::new(),
+        attachments: sim::attachments_of(n as usize),
     }
 }
 
@@ -186,11 +186,15 @@ fn wire_types_read_as_serde_reads_them() {
 
 #[test]
 fn written_bodies_are_what_serde_writes() {
-    for s in tricky() {
-        let text = post_request_json(&s, "c-1");
+    for (n, s) in tricky().into_iter().enumerate() {
+        let files = sim::attachments_of(n);
+        let text = post_request_json(&s, "c-1", &files);
         let req: PostMessageRequest = serde_json::from_str(&text).expect("parses");
         assert_eq!(req.content, s);
         assert_eq!(req.client_message_id.as_deref(), Some("c-1"));
+        assert_eq!(req.attachments, files);
+        // Without attachments the body is a v1 body.
+        assert_eq!(text.contains("attachments"), !files.is_empty());
     }
     let id = |s: &str| Some(s.to_owned());
     let tabs = [
@@ -198,7 +202,15 @@ fn written_bodies_are_what_serde_writes() {
             session_id: "s1".into(),
             client_message_id: "c1".into(),
             content: "hi \"there\"\n".into(),
+            attachments: Vec::new(),
             created_at: -5,
+        },
+        TabMessage::Optimistic {
+            session_id: "s1".into(),
+            client_message_id: "c2".into(),
+            content: String::new(),
+            attachments: sim::attachments_of(2),
+            created_at: 7,
         },
         TabMessage::Posted {
             session_id: "s1".into(),

@@ -7,7 +7,9 @@
 //! give the same entry.
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::{merge_tool, ActiveTurn, EventBody, MessageStatus, ToolCall, TurnState};
+use turnstream_protocol::{
+    merge_tool, ActiveTurn, Attachment, EventBody, MessageStatus, ToolCall, TurnState,
+};
 
 /// Where a user message is on its way to the journal. Ordered: a later rung wins a join, so a
 /// message the server accepted is `Sent` even if a stale tab still thinks it was rejected.
@@ -48,6 +50,9 @@ pub struct UserEntry {
     /// arrives, and without auth.
     #[serde(default)]
     pub author: Option<String>,
+    /// The files the message refers to (contract v1.2): as sent, until the server's copy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 impl UserEntry {
@@ -56,7 +61,12 @@ impl UserEntry {
         if other.from_server && !self.from_server {
             self.content.clone_from(&other.content);
             self.created_at = other.created_at;
+            self.attachments.clone_from(&other.attachments);
             self.from_server = true;
+        } else if !self.from_server && self.attachments.is_empty() {
+            // Two local accounts of one send (this tab's and a sibling's) carry the same files;
+            // one that lacks them was told less.
+            self.attachments.clone_from(&other.attachments);
         }
         if other.status > self.status {
             self.status = other.status;

@@ -18,14 +18,32 @@ use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
 use turnstream_protocol::{
-    Cursor, ErrorDetail, Event, EventBody, HistoryResponse, Message, MessageStatus,
+    Attachment, Cursor, ErrorDetail, Event, EventBody, HistoryResponse, Message, MessageStatus,
     PostMessageResponse, Role as WireRole, Snapshot, TurnInfo,
 };
 
 use entry::{AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus};
 use keyed::{Keyed, Keys};
 use view::{assistant_view, user_view, Place};
-pub use view::{Connection, EntryStatus, EntryView, Role, ToolView, View};
+pub use view::{AttachmentView, Connection, EntryStatus, EntryView, Role, ToolView, View};
+
+/// A message still to post, as the outbox hands it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub client_message_id: String,
+    pub content: String,
+    pub attachments: Vec<Attachment>,
+}
+
+impl Outgoing {
+    fn of(u: &UserEntry) -> Outgoing {
+        Outgoing {
+            client_message_id: u.key.clone(),
+            content: u.content.clone(),
+            attachments: u.attachments.clone(),
+        }
+    }
+}
 
 /// Version of [`CacheRecord`]; a cache of another version is ignored.
 pub const CACHE_VERSION: u32 = 1;
@@ -387,8 +405,14 @@ impl Conversation {
     }
 
     /// A message this tab is sending: shown at once, `sending` until the server has it.
-    pub fn send_local(&mut self, client_message_id: &str, content: &str, created_at: i64) -> bool {
-        self.optimistic(client_message_id, content, created_at)
+    pub fn send_local(
+        &mut self,
+        client_message_id: &str,
+        content: &str,
+        attachments: &[Attachment],
+        created_at: i64,
+    ) -> bool {
+        self.optimistic(client_message_id, content, attachments, created_at)
     }
 
     /// A sibling tab's optimistic message (it may arrive after the server's copy: then it is a no-op).
@@ -396,12 +420,19 @@ impl Conversation {
         &mut self,
         client_message_id: &str,
         content: &str,
+        attachments: &[Attachment],
         created_at: i64,
     ) -> bool {
-        self.optimistic(client_message_id, content, created_at)
+        self.optimistic(client_message_id, content, attachments, created_at)
     }
 
-    fn optimistic(&mut self, client_message_id: &str, content: &str, created_at: i64) -> bool {
+    fn optimistic(
+        &mut self,
+        client_message_id: &str,
+        content: &str,
+        attachments: &[Attachment],
+        created_at: i64,
+    ) -> bool {
         if self.users.contains_key(client_message_id) {
             return false;
         }
@@ -419,6 +450,7 @@ impl Conversation {
             from_server: false,
             send_order: self.send_counter,
             author: None,
+            attachments: attachments.to_vec(),
         };
         let changed = self.join_user(entry);
         self.touch(changed)
@@ -563,8 +595,8 @@ impl Conversation {
         self.checking.remove(turn_id);
     }
 
-    /// Messages still to post, oldest first: `(client_message_id, content)`.
-    pub fn outbox(&self) -> Vec<(String, String)> {
+    /// Messages still to post, oldest first.
+    pub fn outbox(&self) -> Vec<Outgoing> {
         let mut pending: Vec<&UserEntry> = self
             .users
             .values()
@@ -574,22 +606,19 @@ impl Conversation {
         pending.sort_unstable_by(|a, b| {
             (a.created_at, a.send_order, &a.key).cmp(&(b.created_at, b.send_order, &b.key))
         });
-        pending
-            .into_iter()
-            .map(|u| (u.key.clone(), u.content.clone()))
-            .collect()
+        pending.into_iter().map(Outgoing::of).collect()
     }
 
     /// The oldest message still to post whose client_message_id `allowed` accepts: the first
     /// of [`Conversation::outbox`] that does (without sorting them all).
-    pub fn next_to_post(&self, allowed: impl Fn(&str) -> bool) -> Option<(String, String)> {
+    pub fn next_to_post(&self, allowed: impl Fn(&str) -> bool) -> Option<Outgoing> {
         self.users
             .values()
             .filter(|u| u.status == UserStatus::Sending && allowed(&u.key))
             .min_by(|a, b| {
                 (a.created_at, a.send_order, &a.key).cmp(&(b.created_at, b.send_order, &b.key))
             })
-            .map(|u| (u.key.clone(), u.content.clone()))
+            .map(Outgoing::of)
     }
 
     /// Whether a message is still waiting for the server.
@@ -773,6 +802,7 @@ impl Conversation {
                     from_server: true,
                     send_order: 0,
                     author: m.author.clone(),
+                    attachments: m.attachments.clone(),
                 };
                 let mut changed = self.join_user(incoming);
                 if let Some(turn_id) = &m.turn_id {

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
-use turnstream_protocol::{ErrorDetail, ToolStatus};
+use turnstream_protocol::{Attachment, ErrorDetail, ToolStatus};
 
 use super::sim::{self, End, Sender, SimSession, Step, TurnSpec};
 use super::{CacheRecord, Conversation, EntryStatus, Role, View};
@@ -65,7 +65,7 @@ pub(crate) enum Feed {
     Snapshot(i64),
     Event(usize),
     /// Our own optimistic send of `sent[i]` (or of an unsent message).
-    Send(String, String, i64),
+    Send(Unsent),
     Post(usize),
     /// A sibling's optimistic bubble and its POST answer, relayed.
     Relay(usize),
@@ -105,9 +105,12 @@ struct Plan {
     blind: Vec<(i64, i64)>,
     cache_upto: Option<i64>,
     resynced: bool,
-    /// Local messages the server never got: `(client_message_id, content, created_at)`.
-    unsent: Vec<(String, String, i64)>,
+    /// Local messages the server never got.
+    unsent: Vec<Unsent>,
 }
+
+/// A message this tab sends: `(client_message_id, content, attachments, created_at)`.
+pub(crate) type Unsent = (String, String, Vec<Attachment>, i64);
 
 fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
     let mut d = Dice(dice, 0);
@@ -195,7 +198,12 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
                 let at = d.below(feeds.len() + 1);
                 feeds.insert(
                     at,
-                    Feed::Send(cmid.clone(), m.content.clone(), 10 + i as i64),
+                    Feed::Send((
+                        cmid.clone(),
+                        m.content.clone(),
+                        m.attachments.clone(),
+                        10 + i as i64,
+                    )),
                 );
                 let post_at = at + 1 + d.below(feeds.len() - at);
                 feeds.insert(post_at, Feed::Post(i));
@@ -215,7 +223,7 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
     }
     // Messages still in our outbox (the server never got them, or not yet).
     let mut never = Vec::new();
-    for (j, (cmid, content)) in s
+    for (j, (cmid, content, attachments)) in s
         .sent
         .iter()
         .filter(|m| m.seq > head && m.sender == Sender::Local)
@@ -223,16 +231,23 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
             (
                 m.client_message_id.clone().unwrap_or_default(),
                 m.content.clone(),
+                m.attachments.clone(),
             )
         })
-        .chain((0..unsent).map(|j| (format!("u{j}"), format!("later {j}"))))
+        .chain((0..unsent).map(|j| {
+            (
+                format!("u{j}"),
+                format!("later {j}"),
+                sim::attachments_of(j + 1),
+            )
+        }))
         .enumerate()
     {
-        never.push((cmid, content, 100 + j as i64));
+        never.push((cmid, content, attachments, 100 + j as i64));
     }
-    for (cmid, content, at_ms) in &never {
+    for unsent in &never {
         let at = d.below(feeds.len() + 1);
-        feeds.insert(at, Feed::Send(cmid.clone(), content.clone(), *at_ms));
+        feeds.insert(at, Feed::Send(unsent.clone()));
     }
 
     // A cache written by an earlier page load or a sibling tab, merged at any moment.
@@ -265,13 +280,16 @@ impl Feed {
             Feed::History(at) => c.apply_history(&s.history_at(*at)),
             Feed::Snapshot(at) => c.apply_snapshot(&s.snapshot_at(*at)),
             Feed::Event(i) => c.apply_event(&s.journal[*i]),
-            Feed::Send(cmid, content, at) => c.send_local(cmid, content, *at),
+            Feed::Send((cmid, content, attachments, at)) => {
+                c.send_local(cmid, content, attachments, *at)
+            }
             Feed::Post(i) | Feed::RelayPost(i) => c.apply_post_response(&s.sent[*i].response),
             Feed::Relay(i) => {
                 let m = &s.sent[*i];
                 c.apply_optimistic(
                     m.client_message_id.as_deref().unwrap_or_default(),
                     &m.content,
+                    &m.attachments,
                     10 + *i as i64,
                 )
             }
@@ -297,7 +315,7 @@ fn run(s: &SimSession, feeds: &[Feed], check_revision: bool) -> Conversation {
             let odd = |id: &str| id.len() % 2 == 1;
             assert_eq!(
                 c.next_to_post(odd),
-                outbox.into_iter().find(|(id, _)| odd(id))
+                outbox.into_iter().find(|o| odd(&o.client_message_id))
             );
         }
         if let Some((rev, view)) = before {
@@ -325,8 +343,8 @@ fn canonical(s: &SimSession, p: &Plan) -> View {
     for e in s.until(p.head) {
         c.apply_event(e);
     }
-    for (cmid, content, at) in &p.unsent {
-        c.send_local(cmid, content, *at);
+    for (cmid, content, attachments, at) in &p.unsent {
+        c.send_local(cmid, content, attachments, *at);
     }
     c.mark_gap();
     let mut v = c.view();
@@ -566,7 +584,7 @@ proptest! {
 #[test]
 fn rejected_sends_are_kept_and_a_server_copy_wins() {
     let mut c = Conversation::new(sim::SESSION);
-    c.send_local("c1", "hi", 5);
+    c.send_local("c1", "hi", &[], 5);
     c.reject(
         "c1",
         &ErrorDetail {

@@ -4,8 +4,8 @@
 //! each source would hand a client: history at a cursor, the snapshot at a cursor, POST responses.
 
 use turnstream_protocol::{
-    ActiveTurn, Event, EventBody, HistoryResponse, Message, MessageStatus, PostMessageResponse,
-    Role, Snapshot, ToolCall, ToolStatus, TurnState,
+    ActiveTurn, Attachment, Event, EventBody, HistoryResponse, Message, MessageStatus,
+    PostMessageResponse, Role, Snapshot, ToolCall, ToolStatus, TurnState,
 };
 
 pub const SESSION: &str = "s1";
@@ -54,6 +54,7 @@ pub struct Sent {
     pub sender: Sender,
     pub client_message_id: Option<String>,
     pub content: String,
+    pub attachments: Vec<Attachment>,
     pub turn_id: String,
     /// Sequence of its `message_received`.
     pub seq: i64,
@@ -64,6 +65,26 @@ pub struct Sent {
 pub struct SimSession {
     pub journal: Vec<Event>,
     pub sent: Vec<Sent>,
+}
+
+/// The files message `k` carries: none, an image, or an image and a named document, so every
+/// source's account of a message is checked with and without them.
+pub fn attachments_of(k: usize) -> Vec<Attachment> {
+    let image = Attachment {
+        url: format!("https://files.example/{k}.png"),
+        media_type: "image/png".into(),
+        name: None,
+    };
+    let document = Attachment {
+        url: format!("data:text/plain;base64,{k}"),
+        media_type: "text/plain".into(),
+        name: Some(format!("notes \"{k}\".txt")),
+    };
+    match k % 3 {
+        0 => Vec::new(),
+        1 => vec![image],
+        _ => vec![image, document],
+    }
 }
 
 pub fn cursor(seq: i64) -> String {
@@ -208,7 +229,7 @@ impl Builder {
             created_at: 1_000 + seq,
             event_id: cursor(seq),
             author: (k % 2 == 0).then(|| format!("user-{k}")),
-            attachments: Vec::new(),
+            attachments: attachments_of(k),
         };
         self.push(
             seq,
@@ -222,6 +243,7 @@ impl Builder {
             sender: spec.sender,
             client_message_id: client_message_id.clone(),
             content: spec.content.clone(),
+            attachments: attachments_of(k),
             turn_id: turn_id.clone(),
             seq,
             response: PostMessageResponse {

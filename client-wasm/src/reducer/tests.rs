@@ -119,7 +119,7 @@ fn statuses(c: &Conversation) -> Vec<(String, EntryStatus)> {
 #[test]
 fn optimistic_bubble_becomes_the_server_message_once() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "hello", 5);
+    c.send_local("c1", "hello", &[], 5);
     assert_eq!(statuses(&c), vec![("c1".into(), EntryStatus::Sending)]);
     assert!(!c.view().busy, "no turn exists before the server accepts");
 
@@ -151,7 +151,7 @@ fn optimistic_bubble_becomes_the_server_message_once() {
 #[test]
 fn the_author_is_the_servers_and_survives_the_cache() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "mine", 5);
+    c.send_local("c1", "mine", &[], 5);
     assert_eq!(
         c.view().messages[0].author,
         None,
@@ -198,7 +198,7 @@ fn the_author_is_the_servers_and_survives_the_cache() {
 fn post_answer_first_places_the_bubble_and_its_reply() {
     let mut c = Conversation::new(S);
     c.apply_history(&history("e1-3", vec![user_msg(2, 0, None, "old")]));
-    c.send_local("c1", "new", 5);
+    c.send_local("c1", "new", &[], 5);
     c.apply_post_response(&PostMessageResponse {
         message_id: "m1".into(),
         client_message_id: Some("c1".into()),
@@ -219,7 +219,7 @@ fn post_answer_first_places_the_bubble_and_its_reply() {
 #[test]
 fn a_message_from_another_tab_is_shown_not_filtered() {
     let mut c = Conversation::new(S);
-    c.send_local("mine", "a", 5);
+    c.send_local("mine", "a", &[], 5);
     c.apply_event(&received(10, 1, Some("theirs"), "from the phone"));
     let v = c.view();
     assert_eq!(v.messages.len(), 3);
@@ -233,10 +233,12 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
     let mut c = Conversation::new(S);
     c.apply_event(&received(10, 1, Some("x1"), "hi"));
     let before = c.view();
+    // (Files the server's copy does not have change nothing either: the server's copy wins.)
     let relay = TabMessage::Optimistic {
         session_id: S.into(),
         client_message_id: "x1".into(),
         content: "hi".into(),
+        attachments: crate::reducer::sim::attachments_of(1),
         created_at: 1,
     };
     assert!(!relay.apply(&mut c));
@@ -245,15 +247,83 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
         session_id: "elsewhere".into(),
         client_message_id: "y".into(),
         content: "no".into(),
+        attachments: Vec::new(),
         created_at: 1,
     };
     assert!(!other_session.apply(&mut c));
 }
 
 #[test]
+fn attachments_show_from_every_source() {
+    use crate::reducer::sim::attachments_of;
+    use crate::reducer::AttachmentView;
+    let files = attachments_of(2);
+    let shown: Vec<AttachmentView> = files.iter().map(AttachmentView::from).collect();
+    assert_eq!(shown[1].media_type, "text/plain");
+    assert_eq!(shown[1].name.as_deref(), Some("notes \"2\".txt"));
+    let with_files = |cmid: Option<&str>, seq: i64| {
+        let mut m = user_msg(seq, 1, cmid, "look");
+        m.attachments = files.clone();
+        m
+    };
+
+    // Our own send: shown at once, kept through the POST answer and the server's copy.
+    let mut mine = Conversation::new(S);
+    mine.send_local("c1", "look", &files, 5);
+    assert_eq!(mine.view().messages[0].attachments, shown);
+    assert_eq!(mine.outbox()[0].attachments, files);
+    mine.apply_post_response(&PostMessageResponse {
+        message_id: "m1".into(),
+        client_message_id: Some("c1".into()),
+        turn_id: "t1".into(),
+        event_id: "e1-3".into(),
+    });
+    assert_eq!(mine.view().messages[0].attachments, shown);
+    mine.apply_event(&ev(
+        3,
+        "t1",
+        EventBody::MessageReceived {
+            message: with_files(Some("c1"), 3),
+        },
+    ));
+    assert_eq!(mine.view().messages[0].attachments, shown);
+
+    // A sibling's relay, then the cache it writes, read by a new page.
+    let mut sibling = Conversation::new(S);
+    let relay = TabMessage::Optimistic {
+        session_id: S.into(),
+        client_message_id: "c1".into(),
+        content: "look".into(),
+        attachments: files.clone(),
+        created_at: 5,
+    };
+    assert!(relay.apply(&mut sibling));
+    assert_eq!(sibling.view().messages[0].attachments, shown);
+    let mut reloaded = Conversation::new(S);
+    reloaded.apply_cache(&mine.to_cache());
+    assert_eq!(reloaded.view().messages[0].attachments, shown);
+
+    // History on a new device; a message without files shows none, and replies none.
+    let mut fresh = Conversation::new(S);
+    fresh.apply_history(&HistoryResponse {
+        session_id: S.into(),
+        messages: vec![
+            with_files(None, 3),
+            reply(5, 1, MessageStatus::Complete, "a cat"),
+            user_msg(7, 2, None, "plain"),
+        ],
+        cursor: "e1-8".into(),
+        has_more: false,
+    });
+    let v = fresh.view();
+    assert_eq!(v.messages[0].attachments, shown);
+    assert!(v.messages[1].attachments.is_empty() && v.messages[2].attachments.is_empty());
+}
+
+#[test]
 fn rejection_is_final_unless_the_server_has_the_message() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "x", 5);
+    c.send_local("c1", "x", &[], 5);
     let err = ErrorDetail {
         code: "content_too_large".into(),
         message: "too big".into(),
@@ -276,10 +346,14 @@ fn rejection_is_final_unless_the_server_has_the_message() {
 #[test]
 fn outbox_is_in_send_order() {
     let mut c = Conversation::new(S);
-    c.send_local("b", "second", 7);
-    c.send_local("a", "first", 5);
-    c.send_local("c", "third", 7);
-    let ids: Vec<String> = c.outbox().into_iter().map(|(id, _)| id).collect();
+    c.send_local("b", "second", &[], 7);
+    c.send_local("a", "first", &[], 5);
+    c.send_local("c", "third", &[], 7);
+    let ids: Vec<String> = c
+        .outbox()
+        .into_iter()
+        .map(|o| o.client_message_id)
+        .collect();
     assert_eq!(ids, vec!["a", "b", "c"]);
     assert!(c.is_sending("a"));
 }
@@ -624,7 +698,7 @@ fn a_turn_missing_from_a_later_snapshot_is_checked() {
 fn a_new_journal_drops_the_old_one_but_keeps_the_outbox() {
     let mut c = Conversation::new(S);
     c.apply_event(&received(1, 1, Some("c1"), "old"));
-    c.send_local("c2", "unsent", 9);
+    c.send_local("c2", "unsent", &[], 9);
     c.apply_history(&history(
         "e2-0",
         vec![], // the server's database was recreated
@@ -642,7 +716,7 @@ fn a_cache_of_a_dead_journal_brings_only_unsent_messages() {
     c.apply_history(&history("e2-5", vec![]));
     let mut rec = cached_mid_turn();
     let mut outbox = Conversation::new(S);
-    outbox.send_local("c9", "queued offline", 5);
+    outbox.send_local("c9", "queued offline", &[], 5);
     rec.users.extend(outbox.to_cache().users);
     assert!(c.apply_cache(&rec));
     assert_eq!(statuses(&c), vec![("c9".into(), EntryStatus::Sending)]);
@@ -682,7 +756,7 @@ fn connection_and_gap_are_part_of_the_view() {
 #[test]
 fn view_json_is_camel_case_with_closed_unions() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "hi", 5);
+    c.send_local("c1", "hi", &[], 5);
     let json = serde_json::to_value(c.view()).unwrap_or_default();
     assert_eq!(json["sessionId"], "s1");
     assert_eq!(json["connection"], "connecting");
@@ -737,7 +811,7 @@ fn a_bounded_cache_keeps_the_newest_and_everything_unfinished() {
             c.apply_event(&ended(seq + 5, n, TurnState::Completed, "a"));
         }
     }
-    c.send_local("c9", "unsent", 99);
+    c.send_local("c9", "unsent", &[], 99);
     let rec = c.to_cache_bounded(2);
     let users: Vec<&str> = rec.users.iter().map(|u| u.key.as_str()).collect();
     let turns: Vec<&str> = rec.turns.iter().map(|t| t.turn_id.as_str()).collect();

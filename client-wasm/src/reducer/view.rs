@@ -2,7 +2,7 @@
 //! (camelCase, closed string unions).
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::{MessageStatus, ToolCall, ToolStatus};
+use turnstream_protocol::{Attachment, MessageStatus, ToolCall, ToolStatus};
 
 use super::entry::{AssistantEntry, EntryError, UserEntry, UserStatus};
 
@@ -111,6 +111,25 @@ impl From<&ToolCall> for ToolView {
     }
 }
 
+/// A file a user message refers to, as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentView {
+    pub url: String,
+    pub media_type: String,
+    pub name: Option<String>,
+}
+
+impl From<&Attachment> for AttachmentView {
+    fn from(a: &Attachment) -> Self {
+        AttachmentView {
+            url: a.url.clone(),
+            media_type: a.media_type.clone(),
+            name: a.name.clone(),
+        }
+    }
+}
+
 /// One bubble as shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -136,6 +155,8 @@ pub struct EntryView {
     /// service key named); `null` until the server has the message, without auth, and for
     /// replies.
     pub author: Option<String>,
+    /// The files a user message refers to (contract v1.2); empty for replies.
+    pub attachments: Vec<AttachmentView>,
 }
 
 /// Everything a UI renders for one session.
@@ -190,6 +211,7 @@ pub(crate) fn user_view(u: &UserEntry) -> EntryView {
         error: u.error.clone(),
         created_at: Some(u.created_at),
         author: u.author.clone(),
+        attachments: u.attachments.iter().map(AttachmentView::from).collect(),
     }
 }
 
@@ -237,6 +259,7 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
         error,
         created_at: None,
         author: None,
+        attachments: Vec::new(),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use turnstream_protocol::{ErrorDetail, PostMessageResponse};
+use turnstream_protocol::{Attachment, ErrorDetail, PostMessageResponse};
 use wasm_bindgen_futures::spawn_local;
 
 use super::Client;
@@ -15,15 +15,20 @@ use crate::tabs::TabMessage;
 impl Client {
     // ----- the outbox -----
 
-    pub(crate) async fn send(self: &Rc<Self>, content: String) -> String {
+    pub(crate) async fn send(
+        self: &Rc<Self>,
+        content: String,
+        attachments: Vec<Attachment>,
+    ) -> String {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
         self.own.borrow_mut().add(client_message_id.clone());
-        self.update(|c| c.send_local(&client_message_id, &content, created_at));
+        self.update(|c| c.send_local(&client_message_id, &content, &attachments, created_at));
         self.broadcast(&TabMessage::Optimistic {
             session_id: self.endpoint.session_id.clone(),
             client_message_id: client_message_id.clone(),
             content,
+            attachments,
             created_at,
         });
         // On disk before the first attempt: a reload from here on still has it to post.
@@ -77,12 +82,13 @@ impl Client {
                     .borrow()
                     .next_to_post(|id| everyone || own.contains(id))
             };
-            let Some((client_message_id, content)) = next else {
+            let Some(next) = next else {
                 return;
             };
+            let client_message_id = next.client_message_id;
             let wait = match self
                 .endpoint
-                .post_message(&client_message_id, &content)
+                .post_message(&client_message_id, &next.content, &next.attachments)
                 .await
             {
                 Ok(mut resp) => {

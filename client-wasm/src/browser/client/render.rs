@@ -157,5 +157,14 @@ fn entry_js(e: &EntryView) -> Object {
         .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
     set(&o, "createdAt", &created_at);
     set(&o, "author", &opt_str(&e.author));
+    let attachments = Array::new();
+    for a in &e.attachments {
+        let js = Object::new();
+        set(&js, "url", &a.url.as_str().into());
+        set(&js, "mediaType", &a.media_type.as_str().into());
+        set(&js, "name", &opt_str(&a.name));
+        attachments.push(&js);
+    }
+    set(&o, "attachments", &attachments);
     o
 }
