@@ -7,28 +7,59 @@ export interface TurnstreamChatTransportOptions extends Omit<ConnectOptions, "se
   wasm?: InitInput | Promise<InitInput>;
 }
 
+export interface MessagesOptions {
+  /** How long to wait for the server's history before answering with the cache (ms, default 5000).
+   *  It answers at once when the browser is offline or the server refuses the token. */
+  timeoutMs?: number;
+}
+
+/** UI messages for `useChat`'s `messages`, and where they come from. */
+export type ChatMessages<UI_MESSAGE extends UIMessage = UIMessage> = UI_MESSAGE[] & {
+  /** true: the server's history could not be read in time, these are what this browser cached
+   *  (nothing on a new device). false: the server's conversation. */
+  fromCache: boolean;
+};
+
+/** What `watch` calls: `useChat`'s `setMessages` fits (any binding's, given a function). */
+export type SetMessages<UI_MESSAGE extends UIMessage = UIMessage> = (update: (messages: UI_MESSAGE[]) => UI_MESSAGE[]) => void;
+
 /**
- * A `ChatTransport` for the AI SDK's `useChat` (AI SDK 5) over a turnstream session: the chat's
- * `id` is the session id. `sendMessages` posts the last user message and streams its turn;
- * `reconnectToStream` resumes a turn in flight from its start (`useChat({ resume: true })`), or
- * answers `null`. Reasoning, text and the server's tool calls (`providerExecuted: true`) become
- * UI message parts; a failed or interrupted turn ends with an `error` chunk, a cancelled one with
- * `abort`; aborting the request (`stop()`) cancels the turn on the server.
+ * A `ChatTransport` for the AI SDK's `useChat` (AI SDK 5, 6 and 7) over a turnstream session:
+ * the chat's `id` is the session id. `sendMessages` posts the last user message (its files as
+ * attachments) and streams its turn; `reconnectToStream` resumes a turn in flight from its start
+ * (`useChat({ resume: true })`), or answers `null`. Reasoning, text and the server's tool calls
+ * (`providerExecuted: true`) become UI message parts; a failed or interrupted turn ends with an
+ * `error` chunk, a cancelled one with `abort`; aborting the request (`stop()`) cancels the turn
+ * on the server.
  */
 export declare class TurnstreamChatTransport<UI_MESSAGE extends UIMessage = UIMessage> implements ChatTransport<UI_MESSAGE> {
   constructor(options?: TurnstreamChatTransportOptions);
+  /** A resumed stream replays the turn from its start (read by AI SDK 6 and 7). */
+  readonly resumeStreamIsReplay: true;
   sendMessages(options: Parameters<ChatTransport<UI_MESSAGE>["sendMessages"]>[0]): Promise<ReadableStream<UIMessageChunk>>;
   reconnectToStream(options: Parameters<ChatTransport<UI_MESSAGE>["reconnectToStream"]>[0]): Promise<ReadableStream<UIMessageChunk> | null>;
+  /**
+   * The chat's messages for `useChat`'s `messages`, once the client has read the server's
+   * history; the cache (`fromCache: true`) when that cannot happen within `timeoutMs`.
+   */
+  messages(chatId: string, options?: MessagesOptions): Promise<ChatMessages<UI_MESSAGE>>;
+  /**
+   * Keeps a mounted `useChat` in step with the chat's client: messages sent, answered or
+   * replied to in other tabs and devices appear; the reply `useChat` streams itself is left to
+   * it. Pass `useChat`'s `setMessages`. Returns the function that stops watching.
+   */
+  watch(chatId: string, setMessages: SetMessages<UI_MESSAGE>): () => void;
   /** The ChatClient of a chat, connected on first use and shared by the transport's calls. */
   client(chatId: string): Promise<ChatClient>;
-  /** Closes every ChatClient the transport opened (never cancels a turn). */
+  /** Closes every ChatClient the transport opened (never cancels a turn); the transport's
+   *  optional `close`, which AI SDK 7's `Chat.dispose()` calls. */
   close(): Promise<void>;
 }
 
 /**
- * A ChatClient state's messages as UI messages, for `useChat`'s `messages` (useChat keeps none
- * across a reload): each entry under its `key`, so a turn that `reconnectToStream` resumes
- * (its `start` names the same key) replaces its entry instead of showing a second reply.
- * Messages the server refused are left out; thinking, tool calls and text become parts.
+ * A ChatClient state's messages as UI messages, each entry under its `key`, so a turn that
+ * `reconnectToStream` resumes (its `start` names the same key) replaces its entry instead of
+ * showing a second reply. Messages the server refused, and replies with nothing to show yet, are
+ * left out; attachments become `file` parts, thinking, tool calls and text their parts.
  */
 export declare function toUIMessages<UI_MESSAGE extends UIMessage = UIMessage>(state: ChatState): UI_MESSAGE[];

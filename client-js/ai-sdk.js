@@ -1,18 +1,29 @@
-// turnstream/ai-sdk: a ChatTransport for the AI SDK's `useChat` (AI SDK 5), over a ChatClient.
-// Plain JS with no import of `ai`: it only produces the UI message chunks `useChat` reads.
+// turnstream/ai-sdk: a ChatTransport for the AI SDK's `useChat` (AI SDK 5, 6 and 7), over a
+// ChatClient, with the calls that give useChat the server's conversation (`messages`) and keep
+// it in step with the client (`watch`). Plain JS with no import of `ai`: it only produces the UI
+// message chunks and UI messages useChat reads.
 import init, { ChatClient } from "./turnstream.js";
 
 const ENDED = new Set(["complete", "cancelled", "failed", "interrupted"]);
 const IN_FLIGHT = new Set(["queued", "running"]);
 /** How long `reconnectToStream` waits for the stream to be live before it decides from what it has. */
 const LIVE_WAIT_MS = 10_000;
+/** How long `messages` waits for the server's history before it answers with the cache. */
+const HISTORY_WAIT_MS = 5_000;
 
 export class TurnstreamChatTransport {
+  /**
+   * A resumed stream (`reconnectToStream`) replays the turn from its start: AI SDK 6 and 7 then
+   * reset the message they were streaming before they apply it (AI SDK 5 does not read it).
+   */
+  resumeStreamIsReplay = true;
   #connect;
   #wasm;
   #baseUrl;
   #getToken;
   #clients = new Map();
+  /** Per chat: what `watch` needs to know of the transport's own sends and streams. */
+  #chats = new Map();
 
   /**
    * @param {{ baseUrl?: string, getToken?: () => Promise<string>, storage?: "indexeddb" | "memory",
@@ -46,18 +57,86 @@ export class TurnstreamChatTransport {
     return p;
   }
 
-  /** Posts the last user message and streams its turn's reply as UI message chunks. */
+  /**
+   * The chat's messages for useChat's `messages`, once the client has read the server's history
+   * (a new browser gets the whole conversation). When the history cannot be read within
+   * `timeoutMs` (offline, the server down, a refused token), the messages this browser cached,
+   * with `fromCache: true` on the array (`false` when they are the server's).
+   */
+  async messages(chatId, { timeoutMs = HISTORY_WAIT_MS } = {}) {
+    const client = await this.client(chatId);
+    const state = await historyRead(client, timeoutMs);
+    const chat = this.#chat(chatId);
+    const out = chat.convert(state);
+    chat.give(out);
+    out.fromCache = !state.historyLoaded;
+    return out;
+  }
+
+  /**
+   * Keeps a mounted useChat in step with the chat's ChatClient: calls `setMessages` (useChat's)
+   * whenever the client's view changes, with useChat's messages joined with the client's: what
+   * other tabs and devices sent and what answered them appear, and the reply useChat is
+   * streaming itself (a send or a resume of this transport) is left to useChat. Returns the
+   * function that stops it.
+   */
+  watch(chatId, setMessages) {
+    const chat = this.#chat(chatId);
+    let stopped = false;
+    let unsubscribe = null;
+    const watcher = (state) => {
+      if (stopped || chat.sending > 0) return;
+      setMessages((prev) => chat.merge(prev ?? [], state));
+    };
+    this.client(chatId).then((client) => {
+      if (stopped) return;
+      chat.client = client;
+      chat.watchers.add(watcher);
+      unsubscribe = client.subscribe(watcher);
+      watcher(client.state());
+    }, () => {});
+    return () => {
+      stopped = true;
+      chat.watchers.delete(watcher);
+      unsubscribe?.();
+    };
+  }
+
+  #chat(chatId) {
+    let c = this.#chats.get(chatId);
+    if (!c) this.#chats.set(chatId, (c = new ChatLink()));
+    return c;
+  }
+
+  /**
+   * Posts the last user message (its text, and its files as attachments) and streams its turn's
+   * reply as UI message chunks.
+   */
   async sendMessages({ chatId, messages, abortSignal, trigger }) {
     if (trigger === "regenerate-message") {
       throw new Error("turnstream: regenerating a reply is not supported (send the message again)");
     }
     const last = messages?.[messages.length - 1];
     if (!last || last.role !== "user") throw new Error("turnstream: the last message must be the user's");
-    const text = (last.parts ?? []).filter((p) => p.type === "text").map((p) => p.text).join("");
+    const parts = last.parts ?? [];
+    const text = parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+    const attachments = parts.filter((p) => p.type === "file").map((p) =>
+      p.filename == null ? { url: p.url, mediaType: p.mediaType } : { url: p.url, mediaType: p.mediaType, name: p.filename });
     abortSignal?.throwIfAborted();
-    const client = await this.client(chatId);
-    const { clientMessageId } = await client.send(text);
-    return followTurn(client, { clientMessageId }, abortSignal);
+    const chat = this.#chat(chatId);
+    // The client shows the message before `send` resolves with its id: until then a watcher
+    // could not tell it is the one useChat already shows, so watchers wait.
+    chat.sending++;
+    let client, clientMessageId;
+    try {
+      client = await this.client(chatId);
+      ({ clientMessageId } = await client.send(text, attachments.length ? { attachments } : undefined));
+      chat.name(clientMessageId, last.id);
+    } finally {
+      chat.sending--;
+      chat.resync();
+    }
+    return followTurn(client, { clientMessageId }, abortSignal, chat);
   }
 
   /**
@@ -71,7 +150,7 @@ export class TurnstreamChatTransport {
     const users = state.messages.filter((m) => m.role === "user" && m.status !== "rejected");
     const last = users[users.length - 1];
     if (!last) return null;
-    if (!last.turnId) return followTurn(client, { clientMessageId: last.clientMessageId }, abortSignal);
+    if (!last.turnId) return followTurn(client, { clientMessageId: last.clientMessageId }, abortSignal, this.#chat(chatId));
     const reply = assistantOf(state, last.turnId);
     if (reply && ENDED.has(reply.status)) return null;
     // The view may be a cache, or the stream's snapshot may not have arrived yet: ask the server.
@@ -85,13 +164,18 @@ export class TurnstreamChatTransport {
       if (!earlier || ENDED.has(earlier.status)) break;
       turnId = users[i].turnId;
     }
-    return followTurn(client, { turnId }, abortSignal);
+    return followTurn(client, { turnId }, abortSignal, this.#chat(chatId));
   }
 
-  /** Closes every ChatClient this transport opened (never cancels a turn). */
+  /**
+   * Closes every ChatClient this transport opened (never cancels a turn) and stops its watchers.
+   * The transport's optional `close` (AI SDK 7's `Chat.dispose()` calls it); a later call of the
+   * transport connects again.
+   */
   async close() {
     const clients = [...this.#clients.values()];
     this.#clients.clear();
+    this.#chats.clear();
     await Promise.all(clients.map((p) => p.then((c) => c.close(), () => {})));
   }
 
@@ -112,28 +196,161 @@ export class TurnstreamChatTransport {
 /**
  * A ChatClient state's messages as UI messages (for useChat's `messages`): each entry under its
  * key, so a resumed turn (whose `start` names the same key) replaces its entry instead of
- * adding a second reply. Messages the server refused are left out.
+ * adding a second reply. A user message's attachments are `file` parts before its text.
+ * Messages the server refused, and replies with nothing to show yet, are left out.
  */
 export function toUIMessages(state) {
   const out = [];
   for (const m of state.messages) {
-    if (m.role === "user") {
-      if (m.status !== "rejected") out.push({ id: m.key, role: "user", parts: [{ type: "text", text: m.content }] });
-      continue;
-    }
-    const done = ENDED.has(m.status);
-    const parts = [];
-    if (m.thinking) parts.push({ type: "reasoning", text: m.thinking, state: done ? "done" : "streaming" });
-    for (const t of m.tools) {
-      const part = { type: `tool-${t.name}`, toolCallId: t.callId, state: "input-available", input: parsePreview(t.inputPreview), providerExecuted: true };
-      if (t.status === "finished") Object.assign(part, { state: "output-available", output: parsePreview(t.outputPreview) });
-      else if (t.status === "failed") Object.assign(part, { state: "output-error", errorText: t.outputPreview || "the tool failed" });
-      parts.push(part);
-    }
-    if (m.content) parts.push({ type: "text", text: m.content, state: done ? "done" : "streaming" });
-    out.push({ id: m.key, role: "assistant", parts });
+    if (m.role === "user" && m.status === "rejected") continue;
+    const ui = uiMessage(m, m.key);
+    if (ui) out.push(ui);
   }
   return out;
+}
+
+/** One entry as a UI message under `id`; null for a reply with no part yet. */
+function uiMessage(m, id) {
+  if (m.role === "user") {
+    const parts = (m.attachments ?? []).map((a) => (a.name == null
+      ? { type: "file", mediaType: a.mediaType, url: a.url }
+      : { type: "file", mediaType: a.mediaType, filename: a.name, url: a.url }));
+    if (m.content || !parts.length) parts.push({ type: "text", text: m.content });
+    return { id, role: "user", parts };
+  }
+  const done = ENDED.has(m.status);
+  const parts = [];
+  if (m.thinking) parts.push({ type: "reasoning", text: m.thinking, state: done ? "done" : "streaming" });
+  for (const t of m.tools) {
+    const part = { type: `tool-${t.name}`, toolCallId: t.callId, state: "input-available", input: parsePreview(t.inputPreview), providerExecuted: true };
+    if (t.status === "finished") Object.assign(part, { state: "output-available", output: parsePreview(t.outputPreview) });
+    else if (t.status === "failed") Object.assign(part, { state: "output-error", errorText: t.outputPreview || "the tool failed" });
+    parts.push(part);
+  }
+  if (m.content) parts.push({ type: "text", text: m.content, state: done ? "done" : "streaming" });
+  return parts.length ? { id, role: "assistant", parts } : null;
+}
+
+/**
+ * What the transport knows of one chat beside its ChatClient: the ids useChat gave the messages
+ * it sent through the transport, the turns it is streaming to useChat, and its watchers.
+ */
+class ChatLink {
+  /** Sends between `ChatClient.send` and its answer: watchers wait (see `sendMessages`). */
+  sending = 0;
+  watchers = new Set();
+  client = null;
+  /** The turns streamed to useChat now: `{ clientMessageId, turnId }`, the turn id once known. */
+  follows = new Set();
+  /** An entry's key -> useChat's id of that message (a message useChat sent). */
+  #ids = new Map();
+  /** Ids of messages a watcher gave useChat from the client's view. */
+  #given = new Set();
+  /** Entry object -> its UI message: an entry that did not change keeps its message object. */
+  #memo = new WeakMap();
+
+  /** The message the client knows as `key` is, in useChat, `id`. */
+  name(key, id) {
+    if (typeof id !== "string" || !id || id === key) return;
+    for (const [k, v] of this.#ids) if (v === id) this.#ids.delete(k);
+    this.#ids.set(key, id);
+  }
+
+  /** These messages were given to useChat from the client's view. */
+  give(messages) {
+    for (const m of messages) this.#given.add(m.id);
+  }
+
+  /** The state's messages as useChat knows them (a refused message useChat sent stays). */
+  convert(state) {
+    const out = [];
+    for (const m of state.messages) {
+      const named = m.role === "user" ? this.#ids.get(m.key) : undefined;
+      if (m.role === "user" && m.status === "rejected" && named === undefined) continue;
+      const id = named ?? m.key;
+      let memo = this.#memo.get(m);
+      if (!memo || memo.id !== id) this.#memo.set(m, (memo = { id, ui: uiMessage(m, id) }));
+      if (memo.ui) out.push(memo.ui);
+    }
+    return out;
+  }
+
+  /** Calls every watcher with the client's state (after a send got its id). */
+  resync() {
+    if (!this.client || this.sending > 0) return;
+    const state = this.client.state();
+    for (const w of this.watchers) w(state);
+  }
+
+  /**
+   * useChat's messages `prev` joined with the client's `state`: the client's messages, in its
+   * order, with useChat's own copy of the messages it sent and of the replies it is streaming;
+   * and, after the message before them, useChat's messages the client does not show (yet),
+   * unless a watcher gave them and the client no longer has them. `prev` itself when nothing
+   * changed.
+   */
+  merge(prev, state) {
+    const own = new Set();
+    for (const f of this.follows) {
+      const turnId = f.turnId ?? state.messages.find((m) => m.role === "user" && m.clientMessageId === f.clientMessageId)?.turnId;
+      const reply = turnId && assistantOf(state, turnId);
+      if (reply) own.add(reply.key);
+    }
+    const byId = new Map(prev.map((m) => [m.id, m]));
+    const sent = new Set(this.#ids.values());
+    const out = [];
+    for (const m of this.convert(state)) {
+      const mine = byId.get(m.id);
+      // useChat's own copy of a message it sent (with its metadata) and of a reply it streams.
+      if (own.has(m.id) || (mine && sent.has(m.id))) {
+        if (mine) out.push(mine);
+        continue;
+      }
+      out.push(m);
+    }
+    this.give(out);
+    const shown = new Set(out.map((m) => m.id));
+    const extra = prev.filter((m) => !shown.has(m.id) && (own.has(m.id) || !this.#given.has(m.id)));
+    if (extra.length) {
+      const kept = new Set(extra);
+      const joined = [];
+      let next = 0; // the first message of `out` not in `joined` yet
+      for (const m of prev) {
+        if (kept.has(m)) {
+          joined.push(m);
+          continue;
+        }
+        const at = shown.has(m.id) ? out.findIndex((o, i) => i >= next && o.id === m.id) : -1;
+        if (at >= 0) {
+          joined.push(...out.slice(next, at + 1));
+          next = at + 1;
+        }
+      }
+      joined.push(...out.slice(next));
+      out.length = 0;
+      out.push(...joined);
+    }
+    return out.length === prev.length && out.every((m, i) => m === prev[i]) ? prev : out;
+  }
+}
+
+/**
+ * The state once the client has read the server's history, or cannot (offline, refused,
+ * closed), or after `ms`.
+ */
+function historyRead(client, ms) {
+  const done = (s) => s.historyLoaded || s.connection === "offline" || s.connection === "unauthorized" || s.connection === "closed";
+  const now = client.state();
+  if (done(now)) return Promise.resolve(now);
+  return new Promise((resolve) => {
+    const finish = (s) => {
+      unsubscribe();
+      clearTimeout(timer);
+      resolve(s);
+    };
+    const unsubscribe = client.subscribe((s) => done(s) && finish(s));
+    const timer = setTimeout(() => finish(client.state()), ms);
+  });
 }
 
 const assistantOf = (state, turnId) => state.messages.find((m) => m.role === "assistant" && m.turnId === turnId);
@@ -171,8 +388,11 @@ const parsePreview = (s) => {
  * `abort`, built by comparing each state's entry of the turn with what was already sent.
  * `target` is the user message (`clientMessageId`) or the turn (`turnId`).
  */
-function followTurn(client, target, signal) {
+function followTurn(client, target, signal, chat) {
   let turnId = target.turnId ?? null;
+  // While useChat reads it, watchers leave this turn's reply to useChat.
+  const follow = { clientMessageId: target.clientMessageId, turnId };
+  chat.follows.add(follow);
   let unsubscribe = null;
   let reading = true; // the consumer still reads the stream
   let cancelWanted = false;
@@ -186,6 +406,7 @@ function followTurn(client, target, signal) {
   let controller;
 
   const stop = () => {
+    if (!reading) chat.follows.delete(follow);
     if (!reading && (!cancelWanted || cancelSent)) {
       unsubscribe?.();
       unsubscribe = null;
@@ -234,7 +455,7 @@ function followTurn(client, target, signal) {
         return;
       }
       if (!user.turnId) return;
-      turnId = user.turnId;
+      turnId = follow.turnId = user.turnId;
       sendCancel();
     }
     if (!reading) return;

@@ -10,6 +10,7 @@ function placeholder(sessionId) {
     busy: false,
     gap: false,
     hasMore: false,
+    historyLoaded: false,
     error: null,
     messages: Object.freeze([]),
   });

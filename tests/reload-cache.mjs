@@ -1,5 +1,6 @@
 // A reload never shows less: the cache is written when the page is hidden or leaves, so a page
-// reloaded mid-turn shows, before any network answer, at least the text that was on screen.
+// reloaded mid-turn shows, before any network answer, at least the text that was on screen; and
+// a tab that is behind another, reloaded, does not erase what the other cached.
 // The last line printed is "N passed, N failed".
 import { until, assert, view, assistants, openPage, send, runScenarios } from "./support.mjs";
 
@@ -24,6 +25,47 @@ scenario("a reload mid-turn shows, before any network answer, at least the text 
       await until("live again", async () => (await view(page)).connection === "live");
     }
     return page;
+  });
+
+/** The session's cache record as IndexedDB holds it (what the tabs' saves joined), or null. */
+const cached = (page, session) => page.evaluate((key) => new Promise((resolve, reject) => {
+  const open = indexedDB.open("turnstream");
+  open.onerror = () => reject(open.error);
+  open.onsuccess = () => {
+    const get = open.result.transaction("sessions").objectStore("sessions").get(key);
+    get.onsuccess = () => {
+      open.result.close();
+      resolve(get.result ?? null);
+    };
+    get.onerror = () => reject(get.error);
+  };
+}), `${new URL(page.url()).origin}|${session}`);
+
+scenario("a tab that is behind, reloaded, does not erase what another tab cached",
+  ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
+    const { turn_id } = await server.post(session, "/echo asked elsewhere");
+    await until("the reply on the server", async () => (await server.turn(turn_id)).state === "completed");
+    // Tab P never gets the server's history: its view holds only what it does itself.
+    const behind = await context.newPage();
+    await behind.route("**/api/sessions/*/history*", () => {});
+    await behind.goto(`${server.url}/?session=${session}`);
+    await until("tab P to connect", () => behind.evaluate(() => !!window.chat));
+    // Tab Q reads the history, and its save puts the reply in the cache.
+    const other = await openPage(context, server, session);
+    await until("Q's view in the cache", async () => (await cached(other, session))?.includes("asked elsewhere"));
+    // P sends (the POST goes through), then reloads: the page writes its view as it goes.
+    await behind.evaluate(() => window.chat.send("/echo from the tab that is behind"));
+    await until("P's message accepted", async () =>
+      (await behind.evaluate(() => window.chat.state().messages.some((m) => m.role === "user" && m.status === "sent"))));
+    await behind.reload();
+    const v = await until("P's cache to show both messages", async () => {
+      const v = await view(behind);
+      return v.messages.some((m) => m.text === "/echo from the tab that is behind") && v;
+    });
+    assert(v.messages.some((m) => m.role === "assistant" && m.text === "asked elsewhere"),
+      `the reply Q cached is still there after P's reload: ${JSON.stringify(v.messages.map((m) => [m.role, m.text]))}`);
+    assert(v.messages.some((m) => m.role === "user" && m.text === "/echo asked elsewhere"), "with its message");
+    return behind;
   });
 
 runScenarios("reload-cache", scenarios).catch((e) => {

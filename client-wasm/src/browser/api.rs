@@ -122,6 +122,10 @@ export interface ChatState {
   readonly gap: boolean;
   /** Older messages exist on the server: `loadOlder()` pages them in. */
   readonly hasMore: boolean;
+  /** The server's history has been read since `connect` (the newest page): `messages` are then
+   *  the server's conversation, joined with what the cache and the stream added. false while
+   *  only this browser's cache is shown (a new device shows nothing until then). */
+  readonly historyLoaded: boolean;
   /** The server's refusal while `connection` is "unauthorized", else null. */
   readonly error: EntryError | null;
   /** In journal order; messages not yet accepted by the server last, in send order. */

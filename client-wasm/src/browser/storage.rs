@@ -3,7 +3,10 @@
 //!
 //! Tabs of one session write the same record. A write reads the record, joins it with the tab's
 //! view and writes the join, all in one readwrite transaction (IndexedDB runs those one at a
-//! time), so no tab erases what another queued.
+//! time), so no tab erases what another queued or showed. A page that goes away cannot wait for
+//! a read: it writes its view to a record of its own beside it (the session's key and
+//! [`LEAVING`]), which the next load and the next write join in (the write then deletes it), so
+//! a tab that is behind another cannot overwrite what the other stored.
 //!
 //! The record is the JSON of [`CacheRecord`] (see [`crate::codec`]), stored as a string.
 
@@ -22,6 +25,8 @@ const DB_VERSION: u32 = 1;
 const STORE: &str = "sessions";
 /// Journal positions (a message with its reply) kept per session: ten pages of history.
 const KEEP: usize = 1000;
+/// Added to a session's key for the record a page writes as it goes away.
+const LEAVING: &str = "|leaving";
 
 pub(crate) enum Storage {
     Memory,
@@ -96,20 +101,28 @@ impl Storage {
         matches!(self, Storage::IndexedDb { .. })
     }
 
-    pub(crate) async fn load(&self) -> Result<Option<CacheRecord>, String> {
+    /// The session's records: what the tabs' writes joined, and what a page that went away
+    /// wrote beside it (join them all).
+    pub(crate) async fn load(&self) -> Result<Vec<CacheRecord>, String> {
         let Storage::IndexedDb { db, key } = self else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
         let tx = db.transaction_with_str(STORE).map_err(|e| describe(&e))?;
         let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
-        let req = store
-            .get(&JsValue::from_str(key))
-            .map_err(|e| describe(&e))?;
-        let value = done(&req).await?;
-        Ok(value.as_string().and_then(|s| parse(&s)))
+        let mut records = Vec::new();
+        for k in [key.clone(), [key, LEAVING].concat()] {
+            let req = store
+                .get(&JsValue::from_str(&k))
+                .map_err(|e| describe(&e))?;
+            if let Some(rec) = done(&req).await?.as_string().and_then(|s| parse(&s)) {
+                records.push(rec);
+            }
+        }
+        Ok(records)
     }
 
-    /// Writes the join of `conv` and what is stored.
+    /// Writes the join of `conv` and what is stored (the record a leaving page wrote included,
+    /// which is then deleted: it is in the join).
     pub(crate) async fn save(&self, conv: &Conversation) -> Result<(), String> {
         let Storage::IndexedDb { db, key } = self else {
             return Ok(());
@@ -118,19 +131,26 @@ impl Storage {
             .transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite)
             .map_err(|e| describe(&e))?;
         let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
+        let leaving = JsValue::from_str(&[key, LEAVING].concat());
         let key = JsValue::from_str(key);
         // Nothing but IndexedDB requests is awaited until the put: a foreign await would let
         // the transaction commit under us.
-        let req = store.get(&key).map_err(|e| describe(&e))?;
-        let stored = done(&req).await?;
         let mut merged = conv.clone();
-        if let Some(rec) = stored.as_string().and_then(|s| parse(&s)) {
-            merged.apply_cache(&rec);
+        let mut left = false;
+        for k in [&key, &leaving] {
+            let req = store.get(k).map_err(|e| describe(&e))?;
+            if let Some(rec) = done(&req).await?.as_string().and_then(|s| parse(&s)) {
+                merged.apply_cache(&rec);
+                left |= k == &leaving;
+            }
         }
         let json = codec::cache_record_json(&merged.to_cache_bounded(KEEP));
         let req = store
             .put_with_key(&JsValue::from_str(&json), &key)
             .map_err(|e| describe(&e))?;
+        if left {
+            store.delete(&leaving).map_err(|e| describe(&e))?;
+        }
         done(&req).await?;
         committed(&tx).await
     }
@@ -138,7 +158,8 @@ impl Storage {
 
 impl Storage {
     /// Writes `conv` at once, without reading what is stored: for `pagehide`, when nothing
-    /// awaited would run any more. The view already holds what sibling tabs told it.
+    /// awaited would run any more. It goes to the leaving page's own record, never over the
+    /// joined one, which may hold what other tabs showed and this one missed.
     pub(crate) fn put_now(&self, conv: &Conversation) -> Result<(), String> {
         let Storage::IndexedDb { db, key } = self else {
             return Ok(());
@@ -149,7 +170,10 @@ impl Storage {
         let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
         let json = codec::cache_record_json(&conv.to_cache_bounded(KEEP));
         store
-            .put_with_key(&JsValue::from_str(&json), &JsValue::from_str(key))
+            .put_with_key(
+                &JsValue::from_str(&json),
+                &JsValue::from_str(&[key, LEAVING].concat()),
+            )
             .map_err(|e| describe(&e))?;
         // Commit now rather than when the event loop idles: the page may not get there.
         // (`IDBTransaction.commit`, called by name: web-sys marks its binding deprecated.)

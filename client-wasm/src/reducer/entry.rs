@@ -155,6 +155,20 @@ impl Progress {
         }
     }
 
+    /// How much of the turn this account holds. Two accounts at one journal position differ
+    /// only when one of them missed events (a tab whose relay lost some): that one holds less.
+    fn extent(&self) -> usize {
+        let tools: usize = self
+            .tools
+            .iter()
+            .map(|t| {
+                1 + t.input_preview.as_ref().map_or(0, String::len)
+                    + t.output_preview.as_ref().map_or(0, String::len)
+            })
+            .sum();
+        usize::from(self.running) + self.text.len() + self.thinking.len() + tools
+    }
+
     /// Folds the event at `seq`, unless this progress already covers it (a replayed duplicate).
     /// Events of one stream arrive in journal order, so "already covers" is a comparison.
     pub fn apply(&mut self, seq: i64, body: &EventBody) -> bool {
@@ -214,10 +228,12 @@ impl AssistantEntry {
         true
     }
 
-    /// Replaces the progress when `other` covers a later journal position.
+    /// Replaces the progress when `other` covers a later journal position, or the same one with
+    /// more of the turn (this account missed events the other folded: what another tab showed
+    /// must not be lost by a join with this one, in whichever order they meet).
     pub fn offer_progress(&mut self, other: &Progress) -> bool {
         let newer = match (other.through, self.progress.through) {
-            (Some(o), Some(s)) => o > s,
+            (Some(o), Some(s)) => o > s || (o == s && other.extent() > self.progress.extent()),
             (Some(_), None) => true,
             (None, _) => false,
         };

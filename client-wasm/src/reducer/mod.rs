@@ -115,6 +115,9 @@ pub struct Conversation {
     left_open: Keys,
     /// Older messages exist before `oldest` (history's `has_more`).
     has_more: bool,
+    /// A page of the server's history was read (not only a cache): what a caller that must show
+    /// the server's conversation, not this browser's, waits for.
+    history_loaded: bool,
     /// Why the server refuses us, while `connection` is `Unauthorized`.
     refusal: Option<EntryError>,
     /// The oldest message of the history pages read, where an older page starts (`before`).
@@ -139,6 +142,7 @@ impl Conversation {
             checking: Keys::new(),
             left_open: Keys::new(),
             has_more: false,
+            history_loaded: false,
             refusal: None,
             oldest: None,
             revision: 0,
@@ -157,6 +161,12 @@ impl Conversation {
 
     pub fn connection(&self) -> Connection {
         self.connection
+    }
+
+    /// Whether the server's history was read (see [`Conversation::apply_history`]); until then
+    /// the view holds only what a cache, sibling tabs and this page's own sends gave it.
+    pub fn history_loaded(&self) -> bool {
+        self.history_loaded
     }
 
     /// Highest journal sequence the stream delivered.
@@ -210,7 +220,8 @@ impl Conversation {
         if h.session_id != self.session_id {
             return false;
         }
-        let mut changed = false;
+        let mut changed = !self.history_loaded;
+        self.history_loaded = true;
         if let Ok(cursor) = h.cursor.parse::<Cursor>() {
             changed |= self.adopt_epoch(&cursor.epoch);
         }

@@ -2,7 +2,8 @@
 
 use turnstream_protocol::{
     ActiveTurn, ErrorDetail, Event, EventBody, HistoryResponse, Message, MessageStatus,
-    PostMessageResponse, Role as WireRole, Snapshot, Truncation, TurnInfo, TurnState,
+    PostMessageResponse, Role as WireRole, Snapshot, ToolCall, ToolStatus, Truncation, TurnInfo,
+    TurnState,
 };
 
 use super::{CacheRecord, Connection, Conversation, EntryStatus, Role};
@@ -817,4 +818,88 @@ fn a_bounded_cache_keeps_the_newest_and_everything_unfinished() {
     assert_eq!(users, vec!["c9", "m3", "m4"]);
     assert_eq!(turns, vec!["t1", "t3", "t4"], "t1 is still open: kept");
     assert_eq!(c.to_cache_bounded(100), c.to_cache());
+}
+
+/// `history_loaded` says whether the server's history was read: a cache, a sibling's relay or the
+/// stream alone leave it false (a new device's first view is not the server's conversation).
+#[test]
+fn history_loaded_only_after_a_page_of_history() {
+    let mut c = Conversation::new(S);
+    assert!(!c.history_loaded());
+    c.apply_cache(&cached_mid_turn());
+    c.apply_event(&delta(4, 1, " more"));
+    assert!(!c.history_loaded(), "cache and stream are not history");
+    let mut other = history("e1-1", vec![]);
+    other.session_id = "other".into();
+    assert!(!c.apply_history(&other));
+    assert!(
+        !c.history_loaded(),
+        "another session's history does not count"
+    );
+    let rev = c.revision();
+    assert!(
+        c.apply_history(&history("e1-4", vec![user_msg(1, 1, Some("c1"), "q")])),
+        "a change, even though the page adds nothing new"
+    );
+    assert!(c.history_loaded());
+    assert_ne!(c.revision(), rev, "so the state is rendered again");
+    assert!(!c.apply_history(&history("e1-4", vec![user_msg(1, 1, Some("c1"), "q")])));
+    assert!(c.history_loaded(), "and it stays");
+}
+
+/// Two tabs' caches of one turn at the same journal position: the tab that missed some of the
+/// turn's events (its relay lost them) holds less. Their join, as a save writes it (this tab's
+/// view joined with what is stored), keeps the whole turn in either order, so a reload shows
+/// what the other tab showed.
+#[test]
+fn a_cache_join_keeps_the_account_that_missed_nothing() {
+    let tool = |status| ToolCall {
+        call_id: "c1".into(),
+        name: "lookup".into(),
+        status,
+        input_preview: Some("{}".into()),
+        output_preview: (status == ToolStatus::Finished).then(|| "found".into()),
+    };
+    let events = [
+        received(1, 1, Some("c1"), "q"),
+        ev(2, "t1", EventBody::TurnStarted {}),
+        ev(
+            3,
+            "t1",
+            EventBody::Thinking {
+                delta: "pondered".into(),
+            },
+        ),
+        ev(4, "t1", EventBody::Tool(tool(ToolStatus::Started))),
+        ev(5, "t1", EventBody::Tool(tool(ToolStatus::Finished))),
+        delta(6, 1, "the "),
+        delta(7, 1, "answer"),
+        ended(8, 1, TurnState::Completed, "the answer"),
+    ];
+    let mut whole = Conversation::new(S);
+    let mut gappy = Conversation::new(S);
+    for (i, e) in events.iter().enumerate() {
+        whole.apply_event(e);
+        // Heard the message and the end, and none of the turn's events in between.
+        if i == 0 || i == events.len() - 1 {
+            gappy.apply_event(e);
+        }
+    }
+    let shown = |c: &Conversation| {
+        let e = c.view().messages[1].clone();
+        (e.content, e.thinking, e.tools.len())
+    };
+    assert_eq!(shown(&whole), ("the answer".into(), "pondered".into(), 1));
+    assert_eq!(shown(&gappy), ("the answer".into(), String::new(), 0));
+    for (mine, stored) in [(&gappy, &whole), (&whole, &gappy)] {
+        let mut merged = mine.clone();
+        merged.apply_cache(&stored.to_cache());
+        let mut reloaded = Conversation::new(S);
+        reloaded.apply_cache(&merged.to_cache());
+        assert_eq!(
+            shown(&reloaded),
+            shown(&whole),
+            "the join lost what a tab showed"
+        );
+    }
 }

@@ -1,15 +1,21 @@
-// useChat (AI SDK 5, @ai-sdk/react) over turnstream/ai-sdk. ?session=<id>&resume=1&initial=1
-// (initial: useChat starts with the messages the ChatClient has, through toUIMessages).
-// What the page shows is also published as window.view; every chunk the transport produced, per
-// request, is recorded in window.requests.
+// useChat over turnstream/ai-sdk, built once per AI SDK major (ai5, ai6, ai7: `@ai-sdk/react`
+// aliased to the major's package). ?session=<id>&resume=1&initial=1&watch=1&wait=<ms>
+// - initial: useChat starts with `await transport.messages(session)` (`wait`: its timeoutMs);
+// - watch: `transport.watch(session, setMessages)` while the component is mounted.
+// Published for the tests: window.view (what useChat shows), window.initial (what `messages`
+// answered), window.requests (every chunk the transport produced, per request), window.seen
+// (every messages array useChat rendered, to check nothing was ever shown twice) and
+// window.aiVersion (the `ai` this page was bundled with).
 import { useChat } from "@ai-sdk/react";
 import { useEffect, useState } from "react";
 import { createRoot } from "react-dom/client";
-import { TurnstreamChatTransport, toUIMessages } from "turnstream/ai-sdk";
+import { TurnstreamChatTransport } from "turnstream/ai-sdk";
 
 const params = new URLSearchParams(location.search);
 const session = params.get("session");
 const resume = params.get("resume") === "1";
+const watch = params.get("watch") === "1";
+window.aiVersion = __AI_VERSION__;
 
 window.requests = [];
 const record = (kind, stream) => {
@@ -41,11 +47,22 @@ class RecordingTransport extends TurnstreamChatTransport {
 
 const transport = new RecordingTransport({ storage: "indexeddb" });
 window.transport = transport;
-const initial = params.get("initial") === "1" ? toUIMessages((await transport.client(session)).state()) : undefined;
-window.initial = initial;
+let initial;
+if (params.get("initial") === "1") {
+  const wait = params.get("wait");
+  initial = await transport.messages(session, wait ? { timeoutMs: Number(wait) } : undefined);
+  window.initial = { fromCache: initial.fromCache, messages: JSON.parse(JSON.stringify(initial)) };
+}
+
+const textOf = (m) => m.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+window.seen = [];
 
 function Chat() {
-  const { messages, sendMessage, stop, status, error } = useChat({ id: session, transport, resume, messages: initial });
+  const { messages, sendMessage, setMessages, stop, status, error } = useChat({ id: session, transport, resume, messages: initial });
+  useEffect(() => (watch ? transport.watch(session, setMessages) : undefined), [setMessages]);
+  useEffect(() => {
+    window.seen.push(messages.map((m) => ({ id: m.id, role: m.role, text: textOf(m) })));
+  }, [messages]);
   window.chat = { sendMessage, stop };
   window.view = { status, error: error ? error.message : null, messages };
   const [, force] = useState(0);
@@ -59,7 +76,7 @@ function Chat() {
       {messages.map((m) => (
         <article key={m.id} data-testid="message" data-role={m.role} data-id={m.id}>
           {m.parts.map((p, i) => (
-            <div key={i} data-part={p.type}>{p.type === "text" || p.type === "reasoning" ? p.text : JSON.stringify(p.output ?? p.input ?? null)}</div>
+            <div key={i} data-part={p.type}>{p.type === "text" || p.type === "reasoning" ? p.text : p.type === "file" ? p.url : JSON.stringify(p.output ?? p.input ?? null)}</div>
           ))}
         </article>
       ))}

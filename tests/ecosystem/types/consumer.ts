@@ -1,9 +1,10 @@
 // What a TypeScript app writes: type-checked (strict, no skipLibCheck) against the package's
-// declarations, ai@5's ChatTransport and @ai-sdk/react's useChat.
+// declarations, once per AI SDK major (5, 6, 7): `ai`'s ChatTransport and `@ai-sdk/react`'s
+// useChat are that major's.
 import { useChat } from "@ai-sdk/react";
-import type { ChatTransport, UIMessage, UIMessageChunk } from "ai";
+import type { ChatTransport, FileUIPart, UIMessage, UIMessageChunk } from "ai";
 import init, { type ChatState } from "turnstream";
-import { TurnstreamChatTransport, toUIMessages } from "turnstream/ai-sdk";
+import { TurnstreamChatTransport, toUIMessages, type ChatMessages } from "turnstream/ai-sdk";
 import { useTurnstream, type UseTurnstreamResult } from "turnstream/react";
 
 type Meta = { createdAt: number };
@@ -16,12 +17,22 @@ export async function aiSdk(): Promise<void> {
   const plain: ChatTransport<UIMessage> = new TurnstreamChatTransport();
   const stream: ReadableStream<UIMessageChunk> | null = await plain.reconnectToStream({ chatId: "s" });
   void stream;
-  const messages: MyMessage[] = toUIMessages<MyMessage>((await transport.client("support-42")).state());
+  const replay: boolean | undefined = transport.resumeStreamIsReplay;
+  void replay;
+  const messages: ChatMessages<MyMessage> = await transport.messages("support-42", { timeoutMs: 3000 });
+  const fromCache: boolean = messages.fromCache;
+  void fromCache;
   const chat = useChat<MyMessage>({ id: "support-42", transport: asTransport, resume: true, messages });
-  await chat.sendMessage({ text: "hello" });
+  const stopWatching: () => void = transport.watch("support-42", chat.setMessages);
+  stopWatching();
+  const files: FileUIPart[] = [{ type: "file", mediaType: "image/png", filename: "a.png", url: "https://files.example.com/a.png" }];
+  await chat.sendMessage({ text: "hello", files });
+  const cached: MyMessage[] = toUIMessages<MyMessage>((await transport.client("support-42")).state());
+  void cached;
   const client = await transport.client("support-42");
   const state: ChatState = client.state();
-  void state;
+  const loaded: boolean = state.historyLoaded;
+  void loaded;
   await transport.close();
 }
 

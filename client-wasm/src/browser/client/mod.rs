@@ -120,16 +120,17 @@ impl Client {
 
         // The cache first: the page shows the last known view before any network round trip.
         match client.storage.load().await {
-            Ok(Some(rec)) => {
-                client.own.borrow_mut().extend(
-                    rec.users
-                        .iter()
-                        .filter(|u| u.status == crate::reducer::entry::UserStatus::Sending)
-                        .map(|u| u.key.clone()),
-                );
-                client.update(|c| c.apply_cache(&rec));
+            Ok(records) => {
+                for rec in records {
+                    client.own.borrow_mut().extend(
+                        rec.users
+                            .iter()
+                            .filter(|u| u.status == crate::reducer::entry::UserStatus::Sending)
+                            .map(|u| u.key.clone()),
+                    );
+                    client.update(|c| c.apply_cache(&rec));
+                }
             }
-            Ok(None) => {}
             Err(e) => warn("could not read the cache", &e),
         }
         if !env::online() {

@@ -51,6 +51,7 @@ impl Client {
             return r.state.clone();
         }
         let view = conv.view();
+        let history_loaded = conv.history_loaded();
         drop(conv);
         let messages = Array::new();
         let mut old: Vec<Option<(EntryView, JsValue)>> = std::mem::take(&mut r.entries)
@@ -89,6 +90,7 @@ impl Client {
         set(&state, "busy", &view.busy.into());
         set(&state, "gap", &view.gap.into());
         set(&state, "hasMore", &view.has_more.into());
+        set(&state, "historyLoaded", &history_loaded.into());
         set(&state, "error", &error_js(view.error.as_ref()));
         set(&state, "messages", &messages);
         Object::freeze(&state);
