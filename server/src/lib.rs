@@ -117,6 +117,7 @@ pub async fn run(
         metrics,
         journal::JournalOptions {
             busy_timeout: config.busy_timeout(),
+            listen_url: config.database_listen_url.clone(),
         },
         live::LiveFeed::new(hub.clone()),
     )

@@ -57,12 +57,16 @@ pub struct JournalOptions {
     /// How long a statement waits for a lock another connection holds before it fails with
     /// "database is locked" (SQLite's busy timeout), on every connection.
     pub busy_timeout: Duration,
+    /// PostgreSQL: where the tail `LISTEN`s for other servers' commits (a direct connection,
+    /// when the database URL is a pooler's in transaction mode); the database URL when unset.
+    pub listen_url: Option<String>,
 }
 
 impl Default for JournalOptions {
     fn default() -> Self {
         JournalOptions {
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
+            listen_url: None,
         }
     }
 }
@@ -287,22 +291,35 @@ impl Journal {
             Database::Postgres(url) => url,
         };
         let target = postgres::target(url)?;
+        let listen = match &options.listen_url {
+            Some(listen_url) => postgres::Listen {
+                target: postgres::target(listen_url).map_err(|e| match e {
+                    Error::Config(m) => {
+                        Error::Config(m.replacen("database URL", "database listen URL", 1))
+                    }
+                    other => other,
+                })?,
+                location: redact(listen_url),
+                own_url: true,
+            },
+            None => postgres::Listen {
+                target: target.clone(),
+                location: redact(url),
+                own_url: false,
+            },
+        };
         let pool = postgres::pool(&target)?;
         let epoch = postgres::migrate(&pool).await?;
         let rt = tokio::runtime::Handle::current();
-        let head = {
-            let client = pool.get().await.map_err(postgres::pool_error)?;
-            let row = client.query_one("SELECT head FROM counter", &[]).await?;
-            row.try_get::<_, i64>(0)?
-        };
         // Moved by the tail as it delivers; the writer only wakes it.
-        let head = Arc::new(AtomicI64::new(head));
+        let head = Arc::new(AtomicI64::new(postgres::stored_head(&pool).await?));
         let tail = postgres::Tail::start(
             pool.clone(),
-            target,
+            listen,
             epoch.clone(),
             fanout.clone(),
             head.clone(),
+            metrics.clone(),
         );
         let location = redact(url);
         Self::start(

@@ -7,6 +7,14 @@
 //! and committed in order across servers: a reader never sees an id before the ones below it.
 //! The journal's queries are the same as on SQLite (see [`super::sql`]); they run on blocking
 //! threads (the writer thread, or a read's `spawn_blocking`), which wait on the async client.
+//!
+//! Nothing relies on the state of a session, so the URL may be a pooler's (PgBouncer in
+//! transaction or session mode) that runs each transaction on whichever server connection is
+//! free: every transaction sets its own `search_path` ([`BEGIN`], [`BEGIN_READ`]), statements
+//! are sent unnamed with their parameters' types (`query_typed`: parse, bind and execute in one
+//! round trip, no prepared statement left on the server connection), advisory locks are taken
+//! for the transaction only, and `LISTEN` is the tail's own connection, which may go elsewhere
+//! (see [`tail`]).
 
 mod connect;
 mod schema;
@@ -16,7 +24,7 @@ pub(in crate::journal) use connect::{target, Target};
 
 pub(super) use schema::migrate;
 pub use schema::SCHEMA_VERSION;
-pub(super) use tail::Tail;
+pub(super) use tail::{Listen, Tail};
 
 use std::time::Duration;
 
@@ -32,8 +40,18 @@ use crate::error::{Error, Result};
 const POOL_SIZE: usize = 16;
 use connect::CONNECT_TIMEOUT;
 
-/// The schema every table lives in (the connection's `search_path`).
+/// The schema every table lives in (each transaction's `search_path`).
 pub const SCHEMA: &str = "turnstream";
+
+/// How every write transaction begins: the journal's schema first on the search path, for this
+/// transaction only (a pooler may run the next one on another server connection, and refuses
+/// the `options` startup parameter that would set it for the session).
+pub(super) const BEGIN: &str = "BEGIN; SET LOCAL search_path TO turnstream";
+
+/// How every read transaction begins: one snapshot (REPEATABLE READ), so a history page and its
+/// cursor agree as on SQLite, and the journal's schema as in [`BEGIN`].
+pub(super) const BEGIN_READ: &str =
+    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL search_path TO turnstream";
 
 /// Whether `db` names a PostgreSQL database rather than a SQLite file.
 pub fn is_url(db: &str) -> bool {
@@ -98,22 +116,19 @@ impl PgClient {
         if p.ids.is_empty() {
             return Ok(());
         }
-        let r = self.rt.block_on(async {
-            let stmt = self
-                .client
-                .prepare_cached(
-                    "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
-                     SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
-                                          $5::bigint[], $6::text[])",
-                )
-                .await?;
-            self.client
-                .execute(
-                    &stmt,
-                    &[&p.ids, &p.sessions, &p.turns, &p.kinds, &p.ts, &p.data],
-                )
-                .await
-        });
+        let r = self.rt.block_on(self.client.execute_typed(
+            "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
+             SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
+                                  $5::bigint[], $6::text[])",
+            &[
+                (&p.ids, Type::INT8_ARRAY),
+                (&p.sessions, Type::TEXT_ARRAY),
+                (&p.turns, Type::TEXT_ARRAY),
+                (&p.kinds, Type::TEXT_ARRAY),
+                (&p.ts, Type::INT8_ARRAY),
+                (&p.data, Type::TEXT_ARRAY),
+            ],
+        ));
         self.track(r.map(|_| ()).map_err(Error::from))
     }
 
@@ -132,12 +147,27 @@ impl PgClient {
     fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
         self.flush()?;
         let sql = dollar_params(sql);
-        let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
-        self.track(self.rt.block_on(async {
-            let stmt = self.client.prepare_cached(&sql).await?;
-            Ok(self.client.query(&stmt, &args).await?)
-        }))
+        self.track(
+            self.rt
+                .block_on(self.client.query_typed(&sql, &typed(params)))
+                .map_err(Error::from),
+        )
     }
+}
+
+/// Each parameter with the type it is sent as: an unnamed statement has no server-inferred
+/// types to consult, and every integer column of the schema is a BIGINT.
+fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    params
+        .iter()
+        .map(|p| {
+            let ty = match p {
+                Param::Int(_) | Param::NullInt => Type::INT8,
+                Param::Text(_) | Param::NullText => Type::TEXT,
+            };
+            (p as &(dyn ToSql + Sync), ty)
+        })
+        .collect()
 }
 
 /// `?N` and `?` parameters (SQLite's) as `$N` (PostgreSQL's); a bare `?` is the next number.
@@ -226,11 +256,11 @@ impl Sql for PgClient {
     fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
         self.flush()?;
         let sql = dollar_params(sql);
-        let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
-        self.track(self.rt.block_on(async {
-            let stmt = self.client.prepare_cached(&sql).await?;
-            Ok(self.client.execute(&stmt, &args).await?)
-        }))
+        self.track(
+            self.rt
+                .block_on(self.client.execute_typed(&sql, &typed(params)))
+                .map_err(Error::from),
+        )
     }
 
     fn batch(&self, sql: &str) -> Result<()> {
@@ -282,7 +312,8 @@ impl Sql for PgClient {
     }
 
     fn head(&self) -> Result<i64> {
-        self.query_int("SELECT head FROM counter", &[])?
+        // Qualified: the writer asks outside any transaction too.
+        self.query_int("SELECT head FROM turnstream.counter", &[])?
             .ok_or_else(|| Error::Corrupt("the counter row is missing".into()))
     }
 
@@ -305,10 +336,74 @@ pub(super) fn floor_notice(session_id: &str, floor: i64) -> String {
 /// down, gone, refusing the login or at its connection limit), the same request may succeed
 /// later.
 pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
-    // The causes say what went wrong (a refused certificate, a password, an unknown host):
-    // deadpool's and tokio-postgres's own messages do not.
-    let mut message = format!("cannot connect to the database: {e}");
-    let mut source = std::error::Error::source(&e);
+    let causes = with_causes(&e);
+    let hint = hint(&causes);
+    Error::storage(
+        crate::error::StorageFault::Unavailable,
+        format!("cannot connect to the database: {causes}{hint}"),
+    )
+}
+
+/// What usually fixes a failure to connect or to set up the schema, going by the database's
+/// (or its pooler's) own words; empty when they say nothing known.
+pub(super) fn hint(causes: &str) -> &'static str {
+    const HINTS: &[(&str, &str)] = &[
+        (
+            "unsupported startup parameter",
+            " (a connection pooler refuses a parameter the URL sets: PgBouncer accepts only \
+             application_name, client_encoding, DateStyle, TimeZone and \
+             standard_conforming_strings; take it out of the URL, or list it in the pooler's \
+             ignore_startup_parameters)",
+        ),
+        (
+            "password authentication failed",
+            " (check the user and the password in the URL)",
+        ),
+        (
+            "SASL authentication failed",
+            " (check the user and the password in the URL)",
+        ),
+        (
+            "no such user",
+            " (the pooler knows no such user: check the user in the URL)",
+        ),
+        (
+            "does not exist",
+            " (check the name in the URL; a database must be created before a server uses it)",
+        ),
+        (
+            "Connection refused",
+            " (nothing accepts connections at that host and port: is the database, or its \
+             pooler, running there?)",
+        ),
+        (
+            "permission denied for database",
+            " (the role needs CREATE on the database to create the turnstream schema: GRANT \
+             CREATE ON DATABASE name TO role; or an administrator creates the schema and gives \
+             the role USAGE and CREATE on it)",
+        ),
+        (
+            "permission denied for schema",
+            " (the role needs USAGE and CREATE on the turnstream schema, and to own its tables \
+             to migrate them: GRANT USAGE, CREATE ON SCHEMA turnstream TO role)",
+        ),
+        (
+            "permission denied for table",
+            " (the role needs to own the turnstream schema's tables, or be granted them)",
+        ),
+    ];
+    HINTS
+        .iter()
+        .find(|(words, _)| causes.contains(words))
+        .map_or("", |(_, hint)| hint)
+}
+
+/// `e` and its causes on one line: they say what went wrong (a refused certificate, a
+/// password, an unknown host, a pooler's refusal), where deadpool's and tokio-postgres's own
+/// messages ("db error", "error connecting to server") do not.
+pub(super) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
     while let Some(cause) = source {
         let text = cause.to_string();
         if !message.ends_with(&text) {
@@ -317,7 +412,16 @@ pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
         }
         source = cause.source();
     }
-    Error::storage(crate::error::StorageFault::Unavailable, message)
+    message
+}
+
+/// The head as stored, read at start.
+pub(super) async fn stored_head(pool: &Pool) -> Result<i64> {
+    let client = pool.get().await.map_err(pool_error)?;
+    let row = client
+        .query_typed_one("SELECT head FROM turnstream.counter", &[])
+        .await?;
+    Ok(row.try_get::<_, i64>(0)?)
 }
 
 /// Read transactions on pooled connections.
@@ -331,11 +435,10 @@ impl Readers {
         Readers { pool, rt }
     }
 
-    /// Runs `f` inside one read-only transaction that sees one snapshot (REPEATABLE READ), so a
-    /// history page and its cursor agree as on SQLite.
+    /// Runs `f` inside one read-only transaction that sees one snapshot (see [`BEGIN_READ`]).
     pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
         let client = PgClient::get(&self.pool, &self.rt)?;
-        client.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+        client.batch(BEGIN_READ)?;
         let result = f(&client);
         let end = client.batch("COMMIT");
         let r = result?;
@@ -421,7 +524,7 @@ impl super::writer::WriteConn for Writer {
     fn begin(&mut self) -> Result<Option<i64>> {
         self.rollback();
         let client = self.client()?;
-        client.batch("BEGIN")?;
+        client.batch(BEGIN)?;
         self.open = true;
         // Every writer of every server takes this lock first: transactions that append commit
         // one after another, in the order of their ids.
@@ -469,7 +572,17 @@ impl super::writer::WriteConn for Writer {
 
     fn probe(&mut self) -> Result<()> {
         self.rollback();
-        super::writer::write_probe(self.client()?)
+        let client = self.client()?;
+        client.batch(BEGIN)?;
+        match super::writer::write_probe(client) {
+            Ok(()) => client.batch("COMMIT"),
+            Err(e) => {
+                if client.batch("ROLLBACK").is_err() {
+                    self.client = None;
+                }
+                Err(e)
+            }
+        }
     }
 
     fn stored_head(&mut self) -> Result<i64> {
@@ -487,7 +600,14 @@ impl super::writer::WriteConn for Writer {
 
 #[cfg(test)]
 mod tests {
-    use super::dollar_params;
+    use super::{dollar_params, BEGIN, BEGIN_READ, SCHEMA};
+
+    #[test]
+    fn every_transaction_sets_the_schema() {
+        let set = format!("; SET LOCAL search_path TO {SCHEMA}");
+        assert!(BEGIN.ends_with(&set), "{BEGIN}");
+        assert!(BEGIN_READ.ends_with(&set), "{BEGIN_READ}");
+    }
 
     #[test]
     fn parameters_are_renumbered_for_postgres() {
