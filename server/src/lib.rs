@@ -103,6 +103,20 @@ pub async fn run(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    run_with_ready(config, agent, listener, shutdown, || {}).await
+}
+
+/// [`run`], calling `ready` once the server can serve: the journal is open, turns run and the
+/// listener accepts. Every error `run` returns comes before that (the binary prints its
+/// `turnstream listening on ...` line in `ready`, so a script waiting for it is never told a
+/// server is up that then exits).
+pub async fn run_with_ready(
+    config: Config,
+    agent: Arc<dyn Agent>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(),
+) -> Result<()> {
     let auth = config
         .authenticator()
         .map_err(|e| error::Error::Config(e.to_string()))?;
@@ -177,6 +191,7 @@ pub async fn run(
             stop_accepting.clone(),
         )),
     };
+    ready();
 
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");
