@@ -313,6 +313,7 @@ impl Journal {
         let rt = tokio::runtime::Handle::current();
         // Moved by the tail as it delivers; the writer only wakes it.
         let head = Arc::new(AtomicI64::new(postgres::stored_head(&pool).await?));
+        let statements = postgres::Statements::for_pool(&pool).await?;
         let tail = postgres::Tail::start(
             pool.clone(),
             listen,
@@ -328,8 +329,12 @@ impl Journal {
             epoch,
             head,
             fanout,
-            Box::new(postgres::Writer::new(pool.clone(), rt.clone())),
-            Readers::Postgres(postgres::Readers::new(pool, rt)),
+            Box::new(postgres::Writer::new(
+                pool.clone(),
+                statements.clone(),
+                rt.clone(),
+            )),
+            Readers::Postgres(postgres::Readers::new(pool, statements, rt)),
             Some(tail),
             metrics,
             options.busy_timeout,

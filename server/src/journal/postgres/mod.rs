@@ -10,14 +10,16 @@
 //!
 //! Nothing relies on the state of a session, so the URL may be a pooler's (PgBouncer in
 //! transaction or session mode) that runs each transaction on whichever server connection is
-//! free: every transaction sets its own `search_path` ([`BEGIN`], [`BEGIN_READ`]), statements
-//! are sent unnamed with their parameters' types (`query_typed`: parse, bind and execute in one
-//! round trip, no prepared statement left on the server connection), advisory locks are taken
-//! for the transaction only, and `LISTEN` is the tail's own connection, which may go elsewhere
-//! (see [`tail`]).
+//! free: every transaction sets its own `search_path` ([`BEGIN`], [`BEGIN_READ`]), advisory
+//! locks are taken for the transaction only, `LISTEN` is the tail's own connection, which may go
+//! elsewhere (see [`tail`]), and statements are prepared (and their plans kept) only where the
+//! connection keeps its session: behind a pooler in transaction mode they are sent unnamed with
+//! their parameters' types (`query_typed`: parse, bind and execute in one round trip, nothing
+//! left on the server connection), see [`Statements`].
 
 mod connect;
 mod schema;
+mod session;
 mod tail;
 
 pub(in crate::journal) use connect::{target, Target};
@@ -76,9 +78,60 @@ pub(super) fn pool(target: &Target) -> Result<Pool> {
         .map_err(|e| Error::Config(format!("database pool: {e}")))
 }
 
+/// How statements are sent, for every connection of a server: prepared once per connection
+/// (deadpool's cache; the server keeps their plans) where the database URL keeps a session of its
+/// own, else unnamed. A prepared statement that went missing (or whose name was taken) on the
+/// server connection means a pooler in transaction mode that the check at start did not see: from
+/// then on statements are sent unnamed.
+pub(super) struct Statements {
+    unnamed: std::sync::atomic::AtomicBool,
+}
+
+impl Statements {
+    /// Checks, at start, whether the database URL keeps its session (two pool connections).
+    pub(super) async fn for_pool(pool: &Pool) -> Result<std::sync::Arc<Statements>> {
+        let own = pool.get().await.map_err(pool_error)?;
+        let other = pool.get().await.map_err(pool_error)?;
+        let kept = session::keeps_session(&own, &other).await?;
+        if !kept {
+            tracing::info!(
+                "journal: the database URL keeps no session of its own (a pooler in transaction \
+                 mode): statements are sent unnamed, each parsed and planned where it runs"
+            );
+        }
+        Ok(std::sync::Arc::new(Statements {
+            unnamed: std::sync::atomic::AtomicBool::new(!kept),
+        }))
+    }
+
+    fn unnamed(&self) -> bool {
+        self.unnamed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes `e`: a prepared statement unknown to the server connection (26000), or a name
+    /// already taken there (42P05), means the connection is shared.
+    fn saw(&self, e: &tokio_postgres::Error) {
+        let shared = e
+            .code()
+            .is_some_and(|c| c.code() == "26000" || c.code() == "42P05");
+        if shared
+            && !self
+                .unnamed
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                error = %e,
+                "journal: a prepared statement did not outlive its transaction (a pooler in \
+                 transaction mode): statements are sent unnamed from now on"
+            );
+        }
+    }
+}
+
 /// A pooled connection, waited on from a blocking thread.
 pub(super) struct PgClient {
     client: Object,
+    statements: std::sync::Arc<Statements>,
     rt: Handle,
     /// A statement failed since the transaction began or last rolled back (to a savepoint):
     /// PostgreSQL refuses everything else in it until then.
@@ -100,10 +153,15 @@ struct Pending {
 
 impl PgClient {
     /// Takes a connection from `pool` (waiting from a blocking thread).
-    pub(super) fn get(pool: &Pool, rt: &Handle) -> Result<PgClient> {
+    pub(super) fn get(
+        pool: &Pool,
+        statements: &std::sync::Arc<Statements>,
+        rt: &Handle,
+    ) -> Result<PgClient> {
         let client = rt.block_on(pool.get()).map_err(pool_error)?;
         Ok(PgClient {
             client,
+            statements: statements.clone(),
             rt: rt.clone(),
             failed: std::cell::Cell::new(false),
             pending: std::cell::RefCell::new(Pending::default()),
@@ -116,28 +174,35 @@ impl PgClient {
         if p.ids.is_empty() {
             return Ok(());
         }
-        let r = self.rt.block_on(self.client.execute_typed(
-            "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
+        const INSERT: &str = "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
              SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
-                                  $5::bigint[], $6::text[])",
-            &[
-                (&p.ids, Type::INT8_ARRAY),
-                (&p.sessions, Type::TEXT_ARRAY),
-                (&p.turns, Type::TEXT_ARRAY),
-                (&p.kinds, Type::TEXT_ARRAY),
-                (&p.ts, Type::INT8_ARRAY),
-                (&p.data, Type::TEXT_ARRAY),
-            ],
-        ));
-        self.track(r.map(|_| ()).map_err(Error::from))
+                                  $5::bigint[], $6::text[])";
+        let args: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&p.ids, Type::INT8_ARRAY),
+            (&p.sessions, Type::TEXT_ARRAY),
+            (&p.turns, Type::TEXT_ARRAY),
+            (&p.kinds, Type::TEXT_ARRAY),
+            (&p.ts, Type::INT8_ARRAY),
+            (&p.data, Type::TEXT_ARRAY),
+        ];
+        let r = self.rt.block_on(async {
+            if self.statements.unnamed() {
+                return self.client.execute_typed(INSERT, &args).await;
+            }
+            let stmt = self.client.prepare_cached(INSERT).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = args.iter().map(|(v, _)| *v).collect();
+            self.client.execute(&stmt, &values).await
+        });
+        self.track(r.map(|_| ()))
     }
 
-    /// Notes whether a statement failed (see `failed`).
-    fn track<T>(&self, r: Result<T>) -> Result<T> {
-        if r.is_err() {
+    /// Notes whether a statement failed (see `failed`, and [`Statements::saw`]).
+    fn track<T>(&self, r: std::result::Result<T, tokio_postgres::Error>) -> Result<T> {
+        if let Err(e) = &r {
             self.failed.set(true);
+            self.statements.saw(e);
         }
-        r
+        Ok(r?)
     }
 
     fn is_closed(&self) -> bool {
@@ -147,11 +212,14 @@ impl PgClient {
     fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
         self.flush()?;
         let sql = dollar_params(sql);
-        self.track(
-            self.rt
-                .block_on(self.client.query_typed(&sql, &typed(params)))
-                .map_err(Error::from),
-        )
+        self.track(self.rt.block_on(async {
+            if self.statements.unnamed() {
+                return self.client.query_typed(&sql, &typed(params)).await;
+            }
+            let stmt = self.client.prepare_cached(&sql).await?;
+            let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+            self.client.query(&stmt, &args).await
+        }))
     }
 }
 
@@ -256,11 +324,14 @@ impl Sql for PgClient {
     fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
         self.flush()?;
         let sql = dollar_params(sql);
-        self.track(
-            self.rt
-                .block_on(self.client.execute_typed(&sql, &typed(params)))
-                .map_err(Error::from),
-        )
+        self.track(self.rt.block_on(async {
+            if self.statements.unnamed() {
+                return self.client.execute_typed(&sql, &typed(params)).await;
+            }
+            let stmt = self.client.prepare_cached(&sql).await?;
+            let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+            self.client.execute(&stmt, &args).await
+        }))
     }
 
     fn batch(&self, sql: &str) -> Result<()> {
@@ -270,11 +341,7 @@ impl Sql for PgClient {
         } else {
             self.flush()?;
         }
-        let r = self.track(
-            self.rt
-                .block_on(self.client.batch_execute(sql))
-                .map_err(Error::from),
-        );
+        let r = self.track(self.rt.block_on(self.client.batch_execute(sql)));
         if r.is_ok() && (sql.starts_with("BEGIN") || sql.starts_with("ROLLBACK")) {
             self.failed.set(false);
         }
@@ -427,17 +494,22 @@ pub(super) async fn stored_head(pool: &Pool) -> Result<i64> {
 /// Read transactions on pooled connections.
 pub(super) struct Readers {
     pool: Pool,
+    statements: std::sync::Arc<Statements>,
     rt: Handle,
 }
 
 impl Readers {
-    pub(super) fn new(pool: Pool, rt: Handle) -> Readers {
-        Readers { pool, rt }
+    pub(super) fn new(pool: Pool, statements: std::sync::Arc<Statements>, rt: Handle) -> Readers {
+        Readers {
+            pool,
+            statements,
+            rt,
+        }
     }
 
     /// Runs `f` inside one read-only transaction that sees one snapshot (see [`BEGIN_READ`]).
     pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
-        let client = PgClient::get(&self.pool, &self.rt)?;
+        let client = PgClient::get(&self.pool, &self.statements, &self.rt)?;
         client.batch(BEGIN_READ)?;
         let result = f(&client);
         let end = client.batch("COMMIT");
@@ -450,6 +522,7 @@ impl Readers {
 /// The writer thread's connection: one from the pool, replaced when it breaks.
 pub(super) struct Writer {
     pool: Pool,
+    statements: std::sync::Arc<Statements>,
     rt: Handle,
     client: Option<PgClient>,
     open: bool,
@@ -458,9 +531,10 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(pool: Pool, rt: Handle) -> Writer {
+    pub(super) fn new(pool: Pool, statements: std::sync::Arc<Statements>, rt: Handle) -> Writer {
         Writer {
             pool,
+            statements,
             rt,
             client: None,
             open: false,
@@ -471,7 +545,7 @@ impl Writer {
     fn client(&mut self) -> Result<&PgClient> {
         if self.client.as_ref().is_none_or(PgClient::is_closed) {
             self.client = None;
-            self.client = Some(PgClient::get(&self.pool, &self.rt)?);
+            self.client = Some(PgClient::get(&self.pool, &self.statements, &self.rt)?);
         }
         self.client
             .as_ref()

@@ -51,11 +51,6 @@ const RELISTEN_MAX: Duration = Duration::from_secs(60);
 const PROBE_WAIT: Duration = Duration::from_secs(2);
 /// The channel of the probe: its payload is a token only the probing server knows.
 const PROBE_CHANNEL: &str = "turnstream_probe";
-/// A setting only this check uses, made on the listening connection to see whether the
-/// session is its own.
-const SESSION_SETTING: &str = "turnstream.listen_check";
-/// Rounds of that check.
-const SESSION_CHECKS: usize = 4;
 
 /// Where the tail listens.
 #[derive(Clone)]
@@ -125,9 +120,17 @@ async fn deliver(
     heard: Arc<AtomicBool>,
     stop: CancellationToken,
 ) {
+    // Whether reads fail: said once when they start failing and once when they work again
+    // (polling, a read is tried every 100 ms while the database is away).
+    let mut failing = false;
     loop {
         loop {
-            match read_after(&pool, head.load(Ordering::Acquire)).await {
+            let read = read_after(&pool, head.load(Ordering::Acquire)).await;
+            if read.is_ok() && failing {
+                failing = false;
+                tracing::info!("journal tail: reading new events again");
+            }
+            match read {
                 Ok(events) if events.is_empty() => break,
                 Ok(events) => {
                     let full = events.len() as i64 >= PAGE;
@@ -138,7 +141,12 @@ async fn deliver(
                         break;
                     }
                 }
+                Err(e) if failing => {
+                    tracing::debug!(error = %e, "journal tail: cannot read new events; retrying");
+                    break;
+                }
                 Err(e) => {
+                    failing = true;
                     tracing::warn!(error = %e, "journal tail: cannot read new events; retrying");
                     break;
                 }
@@ -413,59 +421,19 @@ impl Listener {
         }
     }
 
-    /// Whether `client` has a server session of its own, rather than a pooler's connection that
-    /// other clients' transactions also run on (transaction pooling): a setting made on it is
-    /// looked for from a pool connection, inside a transaction that holds that connection
-    /// meanwhile, and then on `client` itself. A pooler hands out the most recently used
-    /// server connection first, so the pool connection mostly gets the one the setting went
-    /// to; when it does not, `client` finds its setting gone unless it got that one back. A
-    /// few rounds make a miss unlikely; the probe after `LISTEN` settles the rest.
+    /// Whether the listening connection keeps a session of its own (see
+    /// [`super::session::keeps_session`]), checked against a pool connection.
     async fn own_session(&self, client: &tokio_postgres::Client) -> Result<bool, String> {
-        for round in 0..SESSION_CHECKS {
-            let token = format!("{:016x}{round}", rand::random::<u64>());
-            if !self.keeps_setting(client, &token).await? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// One round of [`Listener::own_session`].
-    async fn keeps_setting(
-        &self,
-        client: &tokio_postgres::Client,
-        token: &str,
-    ) -> Result<bool, String> {
         let location = &self.listen.location;
-        let refused = |e: tokio_postgres::Error| {
-            format!(
-                "cannot check the session of {location}: {}",
-                with_causes(&e)
-            )
-        };
-        client
-            .batch_execute(&format!("SET {SESSION_SETTING} = '{token}'"))
-            .await
-            .map_err(refused)?;
         let other = self.pool.get().await.map_err(|e| with_causes(&e))?;
-        let look = format!("SELECT current_setting('{SESSION_SETTING}', true)");
-        other.batch_execute("BEGIN").await.map_err(refused)?;
-        let seen: Option<String> = other
-            .query_typed_one(&look, &[])
+        super::session::keeps_session(client, &other)
             .await
-            .and_then(|row| row.try_get(0))
-            .map_err(refused)?;
-        let kept: Option<String> = if seen.as_deref() == Some(token) {
-            None
-        } else {
-            let rows = client.simple_query(&look).await.map_err(refused)?;
-            rows.iter().find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
-                _ => None,
+            .map_err(|e| {
+                format!(
+                    "cannot check the session of {location}: {}",
+                    with_causes(&e)
+                )
             })
-        };
-        other.batch_execute("COMMIT").await.map_err(refused)?;
-        Ok(kept.as_deref() == Some(token))
     }
 
     fn notified(&self, n: &tokio_postgres::Notification) {
