@@ -9,6 +9,7 @@
 #                                     name works: the pooler forwards each to the cluster's)
 #   scripts/pg-pooler.sh stop [MODE]  stop one pooler, or both
 #   scripts/pg-pooler.sh status MODE  exit 0 when running
+#   scripts/pg-pooler.sh install      install PgBouncer when missing; print the program's path
 # Each mode has its own folder and port beside the cluster's data (pooler-MODE/), owned by the
 # `postgres` OS user when root: PgBouncer refuses to run as root.
 set -euo pipefail
@@ -18,7 +19,9 @@ source "$(dirname "$0")/pg-cluster.sh"
 say() { printf 'pg-pooler: %s\n' "$*" >&2; }
 
 MODES="transaction session"
-POOL_SIZE=30         # server connections per database and user, per pooler
+# Server connections per database and user. In session mode each client connection holds one:
+# three nodes of a test keep up to 3 x (16 + 1 listening) open.
+pool_size() { if [ "$1" = session ]; then echo 60; else echo 20; fi; }
 
 check_mode() {
   case " $MODES " in
@@ -44,7 +47,7 @@ install_pgbouncer() {
   command -v apt-get >/dev/null 2>&1 ||
     die "pgbouncer is missing and there is no apt-get to install it: install PgBouncer"
   say "installing PgBouncer (Debian's pgbouncer package)"
-  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
   DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq pgbouncer >/dev/null
 }
 
@@ -84,10 +87,13 @@ auth_file = $dir/userlist.txt
 auth_user = postgres
 admin_users = postgres
 max_client_conn = 2000
-default_pool_size = $POOL_SIZE
+default_pool_size = $(pool_size "$mode")
 ; A database dropped or restarted under the pooler is tried again at once.
 server_login_retry = 1
 server_connect_timeout = 5
+; A query waits at most this long for a server connection (120 s by default): a database that
+; is gone (dropped, down) is then an error in seconds, as the tests expect of the server.
+query_wait_timeout = 10
 log_connections = 0
 log_disconnections = 0
 logfile = $dir/pgbouncer.log
@@ -103,13 +109,17 @@ EOF
 EOF
 }
 
+# The pgbouncer program, installed first when missing.
+pgbouncer_installed() {
+  pgbouncer_bin && return 0
+  install_pgbouncer
+  pgbouncer_bin || die "PgBouncer was installed but pgbouncer was not found"
+}
+
 start_pooler() {
   local mode="$1" bin pg_url pg_port dir port attempt i
   check_mode "$mode"
-  bin="$(pgbouncer_bin)" || {
-    install_pgbouncer
-    bin="$(pgbouncer_bin)" || die "PgBouncer was installed but pgbouncer was not found"
-  }
+  bin="$(pgbouncer_installed)"
   pg_url="$(start)"
   if pooler_running "$mode"; then
     pooler_url "$mode"
@@ -172,5 +182,6 @@ case "${1:-}" in
     fi
     ;;
   status) check_mode "${2:-}"; pooler_running "$2" ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  install) pgbouncer_installed ;;
+  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
