@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A private PostgreSQL cluster for the tests: its own data folder under the build folder, a free
-# port on 127.0.0.1, trust authentication, fsync on. Nothing depends on a server outside the run.
+# port on 127.0.0.1, trust authentication (but for the role ts_password, which must give a password,
+# so that tests can be refused one), fsync on. Nothing depends on a server outside the run.
 #   scripts/pg-cluster.sh start     install PostgreSQL (Debian's package) when initdb is missing,
 #                                   start the cluster (or reuse the running one), print its URL
 #   scripts/pg-cluster.sh url       the admin URL: postgres://postgres@127.0.0.1:PORT/postgres
@@ -8,6 +9,7 @@
 #   scripts/pg-cluster.sh stop      pg_ctl stop -m immediate (nothing in it is kept for later)
 #   scripts/pg-cluster.sh status    exit 0 when running
 #   scripts/pg-cluster.sh bindir    install PostgreSQL when missing; print the folder of its programs
+#   scripts/pg-cluster.sh home      the folder of the running cluster (its data/ and poolers live there)
 # The folder is $TURNSTREAM_PG_DIR, by default pg/ in the build folder (${CARGO_TARGET_DIR:-target}).
 # As root, initdb and the server run as the `postgres` OS user, which must own the folder and be
 # able to reach it; where the checkout's parent folders are closed to that user, the cluster lives
@@ -20,6 +22,7 @@ case "$TARGET" in /*) ;; *) TARGET="$ROOT/$TARGET" ;; esac
 STATE="${TURNSTREAM_PG_DIR:-$TARGET/pg}"
 case "$STATE" in /*) ;; *) STATE="$ROOT/$STATE" ;; esac
 PG_USER=postgres       # the OS user the server runs as when we are root
+PASSWORD_ROLE=ts_password  # the one role that must give a password (scripts/pg-pooler.sh too)
 MAX_CONNECTIONS=400    # 3 nodes x their pools x parallel tests, with room to spare
 
 say() { printf 'pg-cluster: %s\n' "$*" >&2; }
@@ -190,6 +193,13 @@ fsync = on
 synchronous_commit = on
 full_page_writes = on
 EOF
+  as_pg tee "$home/data/pg_hba.conf" >/dev/null <<EOF
+# Written by scripts/pg-cluster.sh on each start.
+local all all trust
+host all $PASSWORD_ROLE 127.0.0.1/32 scram-sha-256
+host all all 127.0.0.1/32 trust
+host all all ::1/128 trust
+EOF
 }
 
 start() {
@@ -239,18 +249,24 @@ restart() {
 stop() {
   local bin home
   running || return 0
+  # The poolers in front of it (scripts/pg-pooler.sh) go first.
+  bash "$ROOT/scripts/pg-pooler.sh" stop || true
   bin="$(find_bindir)"
   home="$(cluster_home)"
   as_pg "$bin/pg_ctl" stop -m immediate -w -t 60 -D "$home/data" >/dev/null
   say "stopped"
 }
 
+# Sourced by scripts/pg-pooler.sh for its helpers: no command then.
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then return 0; fi
+
 case "${1:-}" in
   start) start ;;
+  home) running || die "the cluster is not running (run: $0 start)"; cluster_home ;;
   url) running || die "the cluster is not running (run: $0 start)"; url ;;
   restart) restart ;;
   stop) stop ;;
   status) running ;;
   bindir) bindir ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -80,8 +80,17 @@ pub struct Config {
     )]
     pub db: PathBuf,
     /// PostgreSQL database URL; takes the place of `--db` (servers sharing it form a cluster).
+    /// It may be a connection pooler's (PgBouncer in transaction or session mode, as managed
+    /// databases hand out): see --database-listen-url.
     #[arg(long, env = "TURNSTREAM_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// A direct PostgreSQL URL to the same database, used only to LISTEN for other servers'
+    /// commits, when the database URL is a pooler's in transaction mode (which cannot carry
+    /// LISTEN). Without one that works, a server polls the journal every 100 ms instead: other
+    /// servers' events reach its streams up to 100 ms later, and every resume reads the
+    /// journal (the log says so once; /metrics: turnstream_journal_polling 1).
+    #[arg(long, env = "TURNSTREAM_DATABASE_LISTEN_URL")]
+    pub database_listen_url: Option<String>,
     /// Folder of static files served at `/` (the demo page).
     #[arg(long, env = "TURNSTREAM_WWW")]
     pub www: Option<PathBuf>,

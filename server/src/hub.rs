@@ -171,6 +171,9 @@ pub struct Hub {
     /// Set by [`Hub::close`] (under the state's lock): no subscriber is attached any more.
     closed: AtomicBool,
     tail_budget: AtomicUsize,
+    /// Set while the replay tail may hold positions another server deleted unheard: it then
+    /// keeps nothing and answers no resume (see [`Hub::suspend_tail`]).
+    tail_suspended: AtomicBool,
     metrics: Arc<Metrics>,
 }
 
@@ -181,6 +184,7 @@ impl Default for Hub {
             next_id: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             tail_budget: AtomicUsize::new(DEFAULT_TAIL_BYTES),
+            tail_suspended: AtomicBool::new(false),
             metrics: Arc::new(Metrics::default()),
         }
     }
@@ -213,6 +217,13 @@ impl Hub {
         self.tail_budget.store(bytes, Ordering::Relaxed);
     }
 
+    /// Suspends the replay tail (or lets it work again): while suspended it answers no resume
+    /// and keeps no frame (as with a budget of 0), so every resume reads the journal. For a
+    /// server that cannot hear other servers' retention as it happens.
+    pub fn suspend_tail(&self, suspended: bool) {
+        self.tail_suspended.store(suspended, Ordering::Release);
+    }
+
     /// Attaches a subscriber to the live feed of `sessions`. Attach first, then read the journal:
     /// whatever commits in between arrives here and is deduplicated by id.
     pub fn subscribe(self: &Arc<Self>, sessions: &[String]) -> Subscription {
@@ -243,7 +254,7 @@ impl Hub {
         let mut state = lock(&self.state);
         let mut replay = None;
         if !self.closed.load(Ordering::Acquire) {
-            if let Some(after) = after {
+            if let Some(after) = after.filter(|_| !self.tail_suspended.load(Ordering::Acquire)) {
                 replay = tail_after(&state.feeds, sessions, after, limit);
             }
             let slot = Arc::new(Slot {
@@ -274,7 +285,11 @@ impl Hub {
     /// Delivers committed frames, in order, and adds them to the replay tail. Called by the
     /// journal writer after each commit.
     pub fn publish(&self, frames: &[Arc<Frame>]) {
-        let budget = self.tail_budget.load(Ordering::Relaxed);
+        let budget = if self.tail_suspended.load(Ordering::Acquire) {
+            0
+        } else {
+            self.tail_budget.load(Ordering::Relaxed)
+        };
         let mut guard = lock(&self.state);
         let state = &mut *guard;
         for frame in frames {
@@ -615,6 +630,28 @@ mod tests {
         assert_eq!(tail(&hub, &["a"], 2, 100), Some((vec![3], true)));
         hub.forget_through("a", 3);
         assert_eq!(tail(&hub, &["a"], 3, 100), Some((vec![], true)));
+        hub.publish(&[frame(4, "a")]);
+        assert_eq!(tail(&hub, &["a"], 3, 100), Some((vec![4], true)));
+    }
+
+    #[tokio::test]
+    async fn a_suspended_tail_answers_nothing_and_keeps_nothing() {
+        let hub = Hub::new();
+        hub.publish(&[frame(1, "a"), frame(2, "a")]);
+        hub.suspend_tail(true);
+        assert_eq!(
+            tail(&hub, &["a"], 1, 100),
+            None,
+            "what it held is not answered"
+        );
+        let sub = hub.subscribe(&["a".into()]);
+        hub.publish(&[frame(3, "a")]);
+        assert_eq!(hub.metrics.tail_bytes.load(Ordering::Relaxed), 0);
+        drop(sub);
+        // Back on, after the positions it may have missed are cut (as the journal's tail does).
+        hub.forget_all_through(3);
+        hub.suspend_tail(false);
+        assert_eq!(tail(&hub, &["a"], 2, 100), None, "3 was not kept");
         hub.publish(&[frame(4, "a")]);
         assert_eq!(tail(&hub, &["a"], 3, 100), Some((vec![4], true)));
     }

@@ -75,18 +75,22 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let agent = (config.agent != AgentKind::Worker).then_some(agent);
-    run_configured(config, agent, listener, shutdown).await
+    run_configured(config, agent, listener, shutdown, || {}).await
 }
 
 /// Runs the server on `listener` until `shutdown` resolves, its turns run by `agent` (`None`:
 /// by worker processes), then shuts down gracefully: stop accepting, let running turns finish
 /// for the grace period (streams keep delivering them), end the rest `interrupted`, close the
-/// streams, and flush the journal.
+/// streams, and flush the journal. `ready` is called once the server can serve: the journal is
+/// open, turns run and the listener accepts. Every error this returns comes before that (the
+/// binary prints its `turnstream listening on ...` line in `ready`, so a script waiting for it
+/// is never told a server is up that then exits).
 pub async fn run_configured(
     config: Config,
     agent: Option<Arc<dyn Agent>>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    ready: impl FnOnce(),
 ) -> Result<()> {
     let auth = config
         .authenticator()
@@ -102,6 +106,7 @@ pub async fn run_configured(
         metrics,
         journal::JournalOptions {
             busy_timeout: config.busy_timeout(),
+            listen_url: config.database_listen_url.clone(),
             ..Default::default()
         },
         live::LiveFeed::new(hub.clone()),
@@ -161,6 +166,7 @@ pub async fn run_configured(
             stop_accepting.clone(),
         )),
     };
+    ready();
 
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");

@@ -40,4 +40,8 @@ impl FanOut for LiveFeed {
     fn unsure_through(&self, seq: i64) {
         self.hub.forget_all_through(seq);
     }
+
+    fn retention_heard(&self, heard: bool) {
+        self.hub.suspend_tail(!heard);
+    }
 }

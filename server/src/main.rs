@@ -29,24 +29,34 @@ async fn main() -> anyhow::Result<()> {
     {
         tracing::warn!("{warning}");
     }
-    // A certificate or key that cannot be served stops the server here, before it says it is
-    // listening (`run` loads them again for itself; it is also the embedders' entry point).
+    // A certificate, key or auth setting that cannot be used stops the server here, before
+    // anything else (`run` loads them again for itself; it is also the embedders' entry point).
     let scheme = match config.tls().context("cannot serve HTTPS")? {
         Some(_) => "https",
         None => "http",
     };
+    config
+        .authenticator()
+        .context("the auth settings cannot be used")?;
     let listener = turnstream_server::serve::bind(config.listen)
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
-    // One machine-readable line on stdout, so scripts and tests learn the port (with --listen :0).
-    let mut out = std::io::stdout();
-    writeln!(out, "turnstream listening on {scheme}://{addr}")?;
-    out.flush()?;
-    tracing::info!(%addr, %scheme, db = %config.database(), agent = ?config.agent, "serving");
+    let db = config.database();
+    tracing::info!(%addr, %scheme, %db, agent = ?config.agent, "starting");
     let agent = config.builtin_agent().map(|a| a.build());
-    turnstream_server::run_configured(config, agent, listener, shutdown_signal())
+    // One machine-readable line on stdout, once the server can serve (the journal open, turns
+    // running), so scripts and tests learn the port (with --listen :0) and that it is up.
+    let ready = || {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "turnstream listening on {scheme}://{addr}");
+        let _ = out.flush();
+        tracing::info!(%addr, %scheme, "serving");
+    };
+    // Every error here comes before the server could serve: the journal's (the database's or
+    // a pooler's own words, in the causes) or the agent's. The URL is shown without password.
+    turnstream_server::run_configured(config, agent, listener, shutdown_signal(), ready)
         .await
-        .context("server failed")?;
+        .with_context(|| format!("cannot start on the journal at {db}"))?;
     Ok(())
 }
 

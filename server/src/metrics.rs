@@ -74,6 +74,9 @@ pub struct Metrics {
     pub storage_healthy: AtomicU64,
     /// Attempts to journal a turn's end that failed and were retried.
     pub turn_end_retries: AtomicU64,
+    /// PostgreSQL: 1 while this server learns of other servers' commits by polling alone (no
+    /// working `LISTEN`), 0 otherwise.
+    pub journal_polling: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -95,6 +98,7 @@ impl Default for Metrics {
             storage_faults: Default::default(),
             storage_healthy: AtomicU64::new(1),
             turn_end_retries: AtomicU64::new(0),
+            journal_polling: AtomicU64::new(0),
         }
     }
 }
@@ -235,6 +239,13 @@ impl Metrics {
             "Attempts to journal a turn's end that failed and were retried.",
             "counter",
             &self.turn_end_retries,
+        );
+        gauge(
+            &mut out,
+            "turnstream_journal_polling",
+            "1 while this server learns of other servers' commits by polling the shared journal alone (PostgreSQL without a working LISTEN: cross-node delivery waits for the next poll, and every resume reads the journal), 0 otherwise.",
+            "gauge",
+            &self.journal_polling,
         );
         out
     }

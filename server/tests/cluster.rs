@@ -311,7 +311,7 @@ async fn nodes_starting_together_on_an_empty_database_all_come_up() -> TestResul
     let mut children = Vec::new();
     for _ in 0..3 {
         let child = Command::new(env!("CARGO_BIN_EXE_turnstream"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--db", &db.url])
+            .args(["serve", "--listen", "127.0.0.1:0", "--db", &db.server_url])
             .args(NODE_ARGS)
             .current_dir(dir.path())
             .env("RUST_LOG", "warn")

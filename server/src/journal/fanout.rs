@@ -42,4 +42,11 @@ pub trait FanOut: Send + Sync {
     /// Positions up to `seq` of every session may have been made unavailable meanwhile (another
     /// server's retention went unheard).
     fn unsure_through(&self, seq: i64);
+
+    /// Whether other servers' retention is heard as it commits (PostgreSQL: the tail listens).
+    /// While it is not, nothing may answer a position from memory: another server may have
+    /// deleted it a moment ago.
+    fn retention_heard(&self, heard: bool) {
+        let _ = heard;
+    }
 }

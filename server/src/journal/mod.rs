@@ -61,6 +61,9 @@ pub struct JournalOptions {
     pub busy_timeout: Duration,
     /// The time of day every write is stamped with (and lease expiry is judged by).
     pub clock: Clock,
+    /// PostgreSQL: where the tail `LISTEN`s for other servers' commits (a direct connection,
+    /// when the database URL is a pooler's in transaction mode); the database URL when unset.
+    pub listen_url: Option<String>,
 }
 
 impl Default for JournalOptions {
@@ -68,6 +71,7 @@ impl Default for JournalOptions {
         JournalOptions {
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
             clock: Clock::system(),
+            listen_url: None,
         }
     }
 }
@@ -286,22 +290,36 @@ impl Journal {
             Database::Postgres(url) => url,
         };
         let target = postgres::target(url)?;
+        let listen = match &options.listen_url {
+            Some(listen_url) => postgres::Listen {
+                target: postgres::target(listen_url).map_err(|e| match e {
+                    Error::Config(m) => {
+                        Error::Config(m.replacen("database URL", "database listen URL", 1))
+                    }
+                    other => other,
+                })?,
+                location: redact(listen_url),
+                own_url: true,
+            },
+            None => postgres::Listen {
+                target: target.clone(),
+                location: redact(url),
+                own_url: false,
+            },
+        };
         let pool = postgres::pool(&target)?;
         let epoch = postgres::migrate(&pool).await?;
         let rt = tokio::runtime::Handle::current();
-        let head = {
-            let client = pool.get().await.map_err(postgres::pool_error)?;
-            let row = client.query_one("SELECT head FROM counter", &[]).await?;
-            row.try_get::<_, i64>(0)?
-        };
         // Moved by the tail as it delivers; the writer only wakes it.
-        let head = Arc::new(AtomicI64::new(head));
+        let head = Arc::new(AtomicI64::new(postgres::stored_head(&pool).await?));
+        let statements = postgres::Statements::for_pool(&pool).await?;
         let tail = postgres::Tail::start(
             pool.clone(),
-            target,
+            listen,
             epoch.clone(),
             fanout.clone(),
             head.clone(),
+            metrics.clone(),
         );
         let location = redact(url);
         Self::start(
@@ -310,8 +328,12 @@ impl Journal {
             epoch,
             head,
             fanout,
-            Box::new(postgres::Writer::new(pool.clone(), rt.clone())),
-            Readers::Postgres(postgres::Readers::new(pool, rt)),
+            Box::new(postgres::Writer::new(
+                pool.clone(),
+                statements.clone(),
+                rt.clone(),
+            )),
+            Readers::Postgres(postgres::Readers::new(pool, statements, rt)),
             Some(tail),
             metrics,
             &options,

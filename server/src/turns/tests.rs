@@ -167,6 +167,7 @@ impl Bed {
                 // A write lock held elsewhere fails a write fast.
                 busy_timeout: Duration::from_millis(50),
                 clock: clock.clone(),
+                ..Default::default()
             },
             Arc::new(Recorder(tx)),
         )?;

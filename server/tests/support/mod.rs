@@ -164,9 +164,12 @@ impl TestServer {
             .arg("127.0.0.1:0")
             .arg("--db");
         match &self.database {
-            Some(d) => cmd.arg(&d.url),
+            Some(d) => cmd.arg(&d.server_url),
             None => cmd.arg(self.db_path()),
         };
+        if let (Some(d), true) = (&self.database, pg::listen_direct()) {
+            cmd.arg("--database-listen-url").arg(&d.url);
+        }
         cmd.args(&self.args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())

@@ -6,6 +6,13 @@
 //! - `TURNSTREAM_TEST_NODES`: how many server processes share each database (default 1).
 //! - `TURNSTREAM_TEST_PG_CTL`: a command line that restarts the cluster (`pg_ctl restart -m fast`).
 //! - `TURNSTREAM_TEST_PSQL`: the `psql` to run (default `psql` on `PATH`).
+//! - `TURNSTREAM_TEST_POOLER_URL`: a connection pooler in front of that cluster
+//!   (`scripts/pg-pooler.sh`): the servers connect through it, each to its test's database;
+//!   the tests themselves (`psql`) connect directly.
+//! - `TURNSTREAM_TEST_LISTEN_DIRECT=1`: with a pooler, the servers also get
+//!   `--database-listen-url`, a direct URL to their database.
+//! - `TURNSTREAM_TEST_EXPECT_POLLING`: `1` or `0`, what every server's
+//!   `turnstream_journal_polling` must settle at (checked by `pooler.rs`).
 
 use std::process::{Command, Stdio};
 
@@ -16,6 +23,18 @@ pub fn admin_url() -> Option<String> {
     std::env::var("TURNSTREAM_TEST_DATABASE_URL")
         .ok()
         .filter(|u| !u.trim().is_empty())
+}
+
+/// The pooler the servers connect through, if any.
+pub fn pooler_url() -> Option<String> {
+    std::env::var("TURNSTREAM_TEST_POOLER_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+}
+
+/// Whether the servers get a direct `--database-listen-url` beside the pooler's URL.
+pub fn listen_direct() -> bool {
+    pooler_url().is_some() && std::env::var("TURNSTREAM_TEST_LISTEN_DIRECT").as_deref() == Ok("1")
 }
 
 /// How many server processes each [`super::TestServer`] starts (`TURNSTREAM_TEST_NODES`, only on
@@ -89,8 +108,11 @@ pub fn with_database(url: &str, name: &str) -> TestResult<String> {
 /// A database of its own for one test server, dropped (best effort) with this value.
 #[derive(Debug)]
 pub struct TestDatabase {
-    /// What the server is given: `postgres://.../ts_<random>`.
+    /// The database, directly: `postgres://.../ts_<random>`.
     pub url: String,
+    /// What the servers are given: [`TestDatabase::url`], or the same database through the
+    /// pooler (`TURNSTREAM_TEST_POOLER_URL`).
+    pub server_url: String,
     pub name: String,
     admin: String,
 }
@@ -99,8 +121,13 @@ impl TestDatabase {
     pub fn create(admin: &str) -> TestResult<TestDatabase> {
         let name = format!("ts_{:016x}", rand::random::<u64>());
         sql(admin, &format!("CREATE DATABASE {name}"))?;
+        let url = with_database(admin, &name)?;
         Ok(TestDatabase {
-            url: with_database(admin, &name)?,
+            server_url: match pooler_url() {
+                Some(pooler) => with_database(&pooler, &name)?,
+                None => url.clone(),
+            },
+            url,
             name,
             admin: admin.to_string(),
         })

@@ -1,6 +1,6 @@
-//! How a server connects to PostgreSQL: the URL's settings, with the journal's schema first on
-//! the search path, and TLS as libpq's `sslmode` means it, so the URL a managed database's
-//! documentation gives works as it is:
+//! How a server connects to PostgreSQL: the URL's settings as they are (no startup parameter a
+//! pooler would refuse: the schema is set by each transaction), and TLS as libpq's `sslmode`
+//! means it, so the URL a managed database's documentation gives works as it is:
 //!
 //! | `sslmode` | TLS | the server's certificate |
 //! |---|---|---|
@@ -25,7 +25,6 @@ use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureSc
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::SCHEMA;
 use crate::error::{Error, Result};
 use crate::tls::{read_certificates, EncryptOnly};
 
@@ -68,7 +67,6 @@ pub(in crate::journal) fn target(url: &str) -> Result<Target> {
     };
     config
         .ssl_mode(ssl_mode)
-        .options(format!("-c search_path={SCHEMA}"))
         .connect_timeout(CONNECT_TIMEOUT)
         .keepalives(true)
         .application_name("turnstream");

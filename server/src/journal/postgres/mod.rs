@@ -7,16 +7,26 @@
 //! and committed in order across servers: a reader never sees an id before the ones below it.
 //! The journal's queries are the same as on SQLite (see [`super::sql`]); they run on blocking
 //! threads (the writer thread, or a read's `spawn_blocking`), which wait on the async client.
+//!
+//! Nothing relies on the state of a session, so the URL may be a pooler's (PgBouncer in
+//! transaction or session mode) that runs each transaction on whichever server connection is
+//! free: every transaction sets its own `search_path` ([`BEGIN`], [`BEGIN_READ`]), advisory
+//! locks are taken for the transaction only, `LISTEN` is the tail's own connection, which may go
+//! elsewhere (see [`tail`]), and statements are prepared (and their plans kept) only where the
+//! connection keeps its session: behind a pooler in transaction mode they are sent unnamed with
+//! their parameters' types (`query_typed`: parse, bind and execute in one round trip, nothing
+//! left on the server connection), see [`Statements`].
 
 mod connect;
 mod schema;
+mod session;
 mod tail;
 
 pub(in crate::journal) use connect::{target, Target};
 
 pub(super) use schema::migrate;
 pub use schema::SCHEMA_VERSION;
-pub(super) use tail::Tail;
+pub(super) use tail::{Listen, Tail};
 
 use std::time::Duration;
 
@@ -32,8 +42,18 @@ use crate::error::{Error, Result};
 const POOL_SIZE: usize = 16;
 use connect::CONNECT_TIMEOUT;
 
-/// The schema every table lives in (the connection's `search_path`).
+/// The schema every table lives in (each transaction's `search_path`).
 pub const SCHEMA: &str = "turnstream";
+
+/// How every write transaction begins: the journal's schema first on the search path, for this
+/// transaction only (a pooler may run the next one on another server connection, and refuses
+/// the `options` startup parameter that would set it for the session).
+pub(super) const BEGIN: &str = "BEGIN; SET LOCAL search_path TO turnstream";
+
+/// How every read transaction begins: one snapshot (REPEATABLE READ), so a history page and its
+/// cursor agree as on SQLite, and the journal's schema as in [`BEGIN`].
+pub(super) const BEGIN_READ: &str =
+    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL search_path TO turnstream";
 
 /// Whether `db` names a PostgreSQL database rather than a SQLite file.
 pub fn is_url(db: &str) -> bool {
@@ -58,9 +78,60 @@ pub(super) fn pool(target: &Target) -> Result<Pool> {
         .map_err(|e| Error::Config(format!("database pool: {e}")))
 }
 
+/// How statements are sent, for every connection of a server: prepared once per connection
+/// (deadpool's cache; the server keeps their plans) where the database URL keeps a session of its
+/// own, else unnamed. A prepared statement that went missing (or whose name was taken) on the
+/// server connection means a pooler in transaction mode that the check at start did not see: from
+/// then on statements are sent unnamed.
+pub(super) struct Statements {
+    unnamed: std::sync::atomic::AtomicBool,
+}
+
+impl Statements {
+    /// Checks, at start, whether the database URL keeps its session (two pool connections).
+    pub(super) async fn for_pool(pool: &Pool) -> Result<std::sync::Arc<Statements>> {
+        let own = pool.get().await.map_err(pool_error)?;
+        let other = pool.get().await.map_err(pool_error)?;
+        let kept = session::keeps_session(&own, &other).await?;
+        if !kept {
+            tracing::info!(
+                "journal: the database URL keeps no session of its own (a pooler in transaction \
+                 mode): statements are sent unnamed, each parsed and planned where it runs"
+            );
+        }
+        Ok(std::sync::Arc::new(Statements {
+            unnamed: std::sync::atomic::AtomicBool::new(!kept),
+        }))
+    }
+
+    fn unnamed(&self) -> bool {
+        self.unnamed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notes `e`: a prepared statement unknown to the server connection (26000), or a name
+    /// already taken there (42P05), means the connection is shared.
+    fn saw(&self, e: &tokio_postgres::Error) {
+        let shared = e
+            .code()
+            .is_some_and(|c| c.code() == "26000" || c.code() == "42P05");
+        if shared
+            && !self
+                .unnamed
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                error = %e,
+                "journal: a prepared statement did not outlive its transaction (a pooler in \
+                 transaction mode): statements are sent unnamed from now on"
+            );
+        }
+    }
+}
+
 /// A pooled connection, waited on from a blocking thread.
 pub(super) struct PgClient {
     client: Object,
+    statements: std::sync::Arc<Statements>,
     rt: Handle,
     /// A statement failed since the transaction began or last rolled back (to a savepoint):
     /// PostgreSQL refuses everything else in it until then.
@@ -82,10 +153,15 @@ struct Pending {
 
 impl PgClient {
     /// Takes a connection from `pool` (waiting from a blocking thread).
-    pub(super) fn get(pool: &Pool, rt: &Handle) -> Result<PgClient> {
+    pub(super) fn get(
+        pool: &Pool,
+        statements: &std::sync::Arc<Statements>,
+        rt: &Handle,
+    ) -> Result<PgClient> {
         let client = rt.block_on(pool.get()).map_err(pool_error)?;
         Ok(PgClient {
             client,
+            statements: statements.clone(),
             rt: rt.clone(),
             failed: std::cell::Cell::new(false),
             pending: std::cell::RefCell::new(Pending::default()),
@@ -98,31 +174,35 @@ impl PgClient {
         if p.ids.is_empty() {
             return Ok(());
         }
+        const INSERT: &str = "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
+             SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
+                                  $5::bigint[], $6::text[])";
+        let args: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&p.ids, Type::INT8_ARRAY),
+            (&p.sessions, Type::TEXT_ARRAY),
+            (&p.turns, Type::TEXT_ARRAY),
+            (&p.kinds, Type::TEXT_ARRAY),
+            (&p.ts, Type::INT8_ARRAY),
+            (&p.data, Type::TEXT_ARRAY),
+        ];
         let r = self.rt.block_on(async {
-            let stmt = self
-                .client
-                .prepare_cached(
-                    "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
-                     SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
-                                          $5::bigint[], $6::text[])",
-                )
-                .await?;
-            self.client
-                .execute(
-                    &stmt,
-                    &[&p.ids, &p.sessions, &p.turns, &p.kinds, &p.ts, &p.data],
-                )
-                .await
+            if self.statements.unnamed() {
+                return self.client.execute_typed(INSERT, &args).await;
+            }
+            let stmt = self.client.prepare_cached(INSERT).await?;
+            let values: Vec<&(dyn ToSql + Sync)> = args.iter().map(|(v, _)| *v).collect();
+            self.client.execute(&stmt, &values).await
         });
-        self.track(r.map(|_| ()).map_err(Error::from))
+        self.track(r.map(|_| ()))
     }
 
-    /// Notes whether a statement failed (see `failed`).
-    fn track<T>(&self, r: Result<T>) -> Result<T> {
-        if r.is_err() {
+    /// Notes whether a statement failed (see `failed`, and [`Statements::saw`]).
+    fn track<T>(&self, r: std::result::Result<T, tokio_postgres::Error>) -> Result<T> {
+        if let Err(e) = &r {
             self.failed.set(true);
+            self.statements.saw(e);
         }
-        r
+        Ok(r?)
     }
 
     fn is_closed(&self) -> bool {
@@ -132,12 +212,30 @@ impl PgClient {
     fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
         self.flush()?;
         let sql = dollar_params(sql);
-        let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
         self.track(self.rt.block_on(async {
+            if self.statements.unnamed() {
+                return self.client.query_typed(&sql, &typed(params)).await;
+            }
             let stmt = self.client.prepare_cached(&sql).await?;
-            Ok(self.client.query(&stmt, &args).await?)
+            let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+            self.client.query(&stmt, &args).await
         }))
     }
+}
+
+/// Each parameter with the type it is sent as: an unnamed statement has no server-inferred
+/// types to consult, and every integer column of the schema is a BIGINT.
+fn typed<'a>(params: &'a [Param<'a>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    params
+        .iter()
+        .map(|p| {
+            let ty = match p {
+                Param::Int(_) | Param::NullInt => Type::INT8,
+                Param::Text(_) | Param::NullText => Type::TEXT,
+            };
+            (p as &(dyn ToSql + Sync), ty)
+        })
+        .collect()
 }
 
 /// `?N` and `?` parameters (SQLite's) as `$N` (PostgreSQL's); a bare `?` is the next number.
@@ -226,10 +324,13 @@ impl Sql for PgClient {
     fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
         self.flush()?;
         let sql = dollar_params(sql);
-        let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
         self.track(self.rt.block_on(async {
+            if self.statements.unnamed() {
+                return self.client.execute_typed(&sql, &typed(params)).await;
+            }
             let stmt = self.client.prepare_cached(&sql).await?;
-            Ok(self.client.execute(&stmt, &args).await?)
+            let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+            self.client.execute(&stmt, &args).await
         }))
     }
 
@@ -240,11 +341,7 @@ impl Sql for PgClient {
         } else {
             self.flush()?;
         }
-        let r = self.track(
-            self.rt
-                .block_on(self.client.batch_execute(sql))
-                .map_err(Error::from),
-        );
+        let r = self.track(self.rt.block_on(self.client.batch_execute(sql)));
         if r.is_ok() && (sql.starts_with("BEGIN") || sql.starts_with("ROLLBACK")) {
             self.failed.set(false);
         }
@@ -282,7 +379,8 @@ impl Sql for PgClient {
     }
 
     fn head(&self) -> Result<i64> {
-        self.query_int("SELECT head FROM counter", &[])?
+        // Qualified: the writer asks outside any transaction too.
+        self.query_int("SELECT head FROM turnstream.counter", &[])?
             .ok_or_else(|| Error::Corrupt("the counter row is missing".into()))
     }
 
@@ -305,10 +403,74 @@ pub(super) fn floor_notice(session_id: &str, floor: i64) -> String {
 /// down, gone, refusing the login or at its connection limit), the same request may succeed
 /// later.
 pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
-    // The causes say what went wrong (a refused certificate, a password, an unknown host):
-    // deadpool's and tokio-postgres's own messages do not.
-    let mut message = format!("cannot connect to the database: {e}");
-    let mut source = std::error::Error::source(&e);
+    let causes = with_causes(&e);
+    let hint = hint(&causes);
+    Error::storage(
+        crate::error::StorageFault::Unavailable,
+        format!("cannot connect to the database: {causes}{hint}"),
+    )
+}
+
+/// What usually fixes a failure to connect or to set up the schema, going by the database's
+/// (or its pooler's) own words; empty when they say nothing known.
+pub(super) fn hint(causes: &str) -> &'static str {
+    const HINTS: &[(&str, &str)] = &[
+        (
+            "unsupported startup parameter",
+            " (a connection pooler refuses a parameter the URL sets: PgBouncer accepts only \
+             application_name, client_encoding, DateStyle, TimeZone and \
+             standard_conforming_strings; take it out of the URL, or list it in the pooler's \
+             ignore_startup_parameters)",
+        ),
+        (
+            "password authentication failed",
+            " (check the user and the password in the URL)",
+        ),
+        (
+            "SASL authentication failed",
+            " (check the user and the password in the URL)",
+        ),
+        (
+            "no such user",
+            " (the pooler knows no such user: check the user in the URL)",
+        ),
+        (
+            "does not exist",
+            " (check the name in the URL; a database must be created before a server uses it)",
+        ),
+        (
+            "Connection refused",
+            " (nothing accepts connections at that host and port: is the database, or its \
+             pooler, running there?)",
+        ),
+        (
+            "permission denied for database",
+            " (the role needs CREATE on the database to create the turnstream schema: GRANT \
+             CREATE ON DATABASE name TO role; or an administrator creates the schema and gives \
+             the role USAGE and CREATE on it)",
+        ),
+        (
+            "permission denied for schema",
+            " (the role needs USAGE and CREATE on the turnstream schema, and to own its tables \
+             to migrate them: GRANT USAGE, CREATE ON SCHEMA turnstream TO role)",
+        ),
+        (
+            "permission denied for table",
+            " (the role needs to own the turnstream schema's tables, or be granted them)",
+        ),
+    ];
+    HINTS
+        .iter()
+        .find(|(words, _)| causes.contains(words))
+        .map_or("", |(_, hint)| hint)
+}
+
+/// `e` and its causes on one line: they say what went wrong (a refused certificate, a
+/// password, an unknown host, a pooler's refusal), where deadpool's and tokio-postgres's own
+/// messages ("db error", "error connecting to server") do not.
+pub(super) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
     while let Some(cause) = source {
         let text = cause.to_string();
         if !message.ends_with(&text) {
@@ -317,25 +479,38 @@ pub(super) fn pool_error(e: deadpool_postgres::PoolError) -> Error {
         }
         source = cause.source();
     }
-    Error::storage(crate::error::StorageFault::Unavailable, message)
+    message
+}
+
+/// The head as stored, read at start.
+pub(super) async fn stored_head(pool: &Pool) -> Result<i64> {
+    let client = pool.get().await.map_err(pool_error)?;
+    let row = client
+        .query_typed_one("SELECT head FROM turnstream.counter", &[])
+        .await?;
+    Ok(row.try_get::<_, i64>(0)?)
 }
 
 /// Read transactions on pooled connections.
 pub(super) struct Readers {
     pool: Pool,
+    statements: std::sync::Arc<Statements>,
     rt: Handle,
 }
 
 impl Readers {
-    pub(super) fn new(pool: Pool, rt: Handle) -> Readers {
-        Readers { pool, rt }
+    pub(super) fn new(pool: Pool, statements: std::sync::Arc<Statements>, rt: Handle) -> Readers {
+        Readers {
+            pool,
+            statements,
+            rt,
+        }
     }
 
-    /// Runs `f` inside one read-only transaction that sees one snapshot (REPEATABLE READ), so a
-    /// history page and its cursor agree as on SQLite.
+    /// Runs `f` inside one read-only transaction that sees one snapshot (see [`BEGIN_READ`]).
     pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
-        let client = PgClient::get(&self.pool, &self.rt)?;
-        client.batch("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+        let client = PgClient::get(&self.pool, &self.statements, &self.rt)?;
+        client.batch(BEGIN_READ)?;
         let result = f(&client);
         let end = client.batch("COMMIT");
         let r = result?;
@@ -347,6 +522,7 @@ impl Readers {
 /// The writer thread's connection: one from the pool, replaced when it breaks.
 pub(super) struct Writer {
     pool: Pool,
+    statements: std::sync::Arc<Statements>,
     rt: Handle,
     client: Option<PgClient>,
     open: bool,
@@ -355,9 +531,10 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(pool: Pool, rt: Handle) -> Writer {
+    pub(super) fn new(pool: Pool, statements: std::sync::Arc<Statements>, rt: Handle) -> Writer {
         Writer {
             pool,
+            statements,
             rt,
             client: None,
             open: false,
@@ -368,7 +545,7 @@ impl Writer {
     fn client(&mut self) -> Result<&PgClient> {
         if self.client.as_ref().is_none_or(PgClient::is_closed) {
             self.client = None;
-            self.client = Some(PgClient::get(&self.pool, &self.rt)?);
+            self.client = Some(PgClient::get(&self.pool, &self.statements, &self.rt)?);
         }
         self.client
             .as_ref()
@@ -421,7 +598,7 @@ impl super::writer::WriteConn for Writer {
     fn begin(&mut self) -> Result<Option<i64>> {
         self.rollback();
         let client = self.client()?;
-        client.batch("BEGIN")?;
+        client.batch(BEGIN)?;
         self.open = true;
         // Every writer of every server takes this lock first: transactions that append commit
         // one after another, in the order of their ids.
@@ -469,7 +646,17 @@ impl super::writer::WriteConn for Writer {
 
     fn probe(&mut self) -> Result<()> {
         self.rollback();
-        super::writer::write_probe(self.client()?)
+        let client = self.client()?;
+        client.batch(BEGIN)?;
+        match super::writer::write_probe(client) {
+            Ok(()) => client.batch("COMMIT"),
+            Err(e) => {
+                if client.batch("ROLLBACK").is_err() {
+                    self.client = None;
+                }
+                Err(e)
+            }
+        }
     }
 
     fn stored_head(&mut self) -> Result<i64> {
@@ -487,7 +674,14 @@ impl super::writer::WriteConn for Writer {
 
 #[cfg(test)]
 mod tests {
-    use super::dollar_params;
+    use super::{dollar_params, BEGIN, BEGIN_READ, SCHEMA};
+
+    #[test]
+    fn every_transaction_sets_the_schema() {
+        let set = format!("; SET LOCAL search_path TO {SCHEMA}");
+        assert!(BEGIN.ends_with(&set), "{BEGIN}");
+        assert!(BEGIN_READ.ends_with(&set), "{BEGIN_READ}");
+    }
 
     #[test]
     fn parameters_are_renumbered_for_postgres() {

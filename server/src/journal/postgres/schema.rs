@@ -1,10 +1,12 @@
 //! The journal's schema on PostgreSQL, in its own `turnstream` schema, versioned like SQLite's
-//! (the version is a row of `meta`). Migrations run in one transaction under an advisory lock,
-//! so servers starting together migrate once.
+//! (the version is a row of `meta`). Migrations run in one transaction under an advisory lock
+//! held for that transaction only, so servers starting together migrate once, also through a
+//! pooler.
 
 use deadpool_postgres::Pool;
+use tokio_postgres::types::Type;
 
-use super::{pool_error, SCHEMA};
+use super::{hint, pool_error, with_causes, SCHEMA};
 use crate::error::{Error, Result};
 use crate::journal::sql::Sql;
 
@@ -112,14 +114,32 @@ pub(crate) fn version(conn: &dyn Sql) -> Result<i64> {
 }
 
 /// Creates the schema or brings it to [`SCHEMA_VERSION`]; refuses a newer one. Returns the
-/// journal epoch (drawn when the schema is created).
+/// journal epoch (drawn when the schema is created). A statement the database refuses (most
+/// often for want of a privilege) is a configuration error that says which and what helps.
 pub(crate) async fn migrate(pool: &Pool) -> Result<String> {
+    migrate_or_fail(pool).await.map_err(|e| match e {
+        Error::Postgres(e) if e.code().is_some() => {
+            let causes = with_causes(&e);
+            let hint = hint(&causes);
+            Error::Config(format!(
+                "cannot create or migrate the {SCHEMA} schema: {causes}{hint}"
+            ))
+        }
+        other => other,
+    })
+}
+
+async fn migrate_or_fail(pool: &Pool) -> Result<String> {
     let mut client = pool.get().await.map_err(pool_error)?;
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
+    // Unnamed statements only (`*_typed`): see the module `postgres`.
+    tx.execute_typed(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[(&MIGRATION_LOCK, Type::INT8)],
+    )
+    .await?;
     let has_schema: bool = tx
-        .query_one(
+        .query_typed_one(
             &format!("SELECT to_regnamespace('{SCHEMA}') IS NOT NULL"),
             &[],
         )
@@ -128,8 +148,10 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<String> {
     if !has_schema {
         tx.batch_execute(&format!("CREATE SCHEMA {SCHEMA}")).await?;
     }
+    tx.batch_execute(&format!("SET LOCAL search_path TO {SCHEMA}"))
+        .await?;
     let has_meta: bool = tx
-        .query_one(
+        .query_typed_one(
             &format!("SELECT to_regclass('{SCHEMA}.meta') IS NOT NULL"),
             &[],
         )
@@ -137,7 +159,7 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<String> {
         .try_get(0)?;
     let version: i64 = if has_meta {
         match tx
-            .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+            .query_typed_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
             .await?
         {
             Some(row) => {
@@ -159,21 +181,24 @@ pub(crate) async fn migrate(pool: &Pool) -> Result<String> {
     for migration in &MIGRATIONS[version as usize..] {
         tx.batch_execute(migration).await?;
     }
-    tx.execute(
+    tx.execute_typed(
         "INSERT INTO meta(key, value) VALUES ('schema_version', $1)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        &[&SCHEMA_VERSION.to_string()],
+        &[(&SCHEMA_VERSION.to_string(), Type::TEXT)],
     )
     .await?;
     let epoch = match tx
-        .query_opt("SELECT value FROM meta WHERE key = 'epoch'", &[])
+        .query_typed_opt("SELECT value FROM meta WHERE key = 'epoch'", &[])
         .await?
     {
         Some(row) => row.try_get(0)?,
         None => {
             let e = crate::journal::schema::new_epoch();
-            tx.execute("INSERT INTO meta(key, value) VALUES ('epoch', $1)", &[&e])
-                .await?;
+            tx.execute_typed(
+                "INSERT INTO meta(key, value) VALUES ('epoch', $1)",
+                &[(&e, Type::TEXT)],
+            )
+            .await?;
             e
         }
     };
