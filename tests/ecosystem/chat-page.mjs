@@ -39,12 +39,20 @@ export const texts = (messages) => messages.map((m) => [m.role, textOf(m)]);
 /**
  * Every messages array the page rendered showed each message once: no id twice, no two
  * messages with the same role and (non-empty) text, and never more replies than messages (a
- * reply shown twice under two ids).
+ * reply shown twice under two ids). With `grows`, also that a message's text only ever grew
+ * (what a page that resumed nothing and stopped nothing shows: no account of a reply replaced
+ * by one that is behind it).
  */
-export async function assertNothingTwice(page, what) {
+export async function assertNothingTwice(page, what, { grows = false } = {}) {
   const seen = await page.evaluate(() => window.seen);
   assert(seen.length > 0, `${what}: the page rendered`);
+  const last = new Map();
   for (const [i, snapshot] of seen.entries()) {
+    for (const m of grows ? snapshot : []) {
+      const before = last.get(m.id) ?? "";
+      assert(m.text.startsWith(before), `${what}: render ${i}: ${m.id} went from "…${before.slice(-40)}" to "…${m.text.slice(-40)}"`);
+      last.set(m.id, m.text);
+    }
     const ids = new Set();
     const bodies = new Set();
     for (const m of snapshot) {
