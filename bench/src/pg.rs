@@ -11,6 +11,29 @@ use tokio_postgres::NoTls;
 /// The environment variable naming the cluster.
 pub const ENV: &str = "TURNSTREAM_BENCH_DATABASE_URL";
 
+/// The environment variable naming a connection pooler in transaction mode in front of that
+/// cluster (`scripts/pg-pooler.sh`): the rows "through PgBouncer" connect the servers there.
+pub const POOLER_ENV: &str = "TURNSTREAM_BENCH_POOLER_URL";
+
+/// The pooler's URL, when the rows through it run.
+pub fn pooler_url() -> Option<String> {
+    std::env::var(POOLER_ENV)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The database of `url` (a fresh one's direct URL) reached through `pooler` instead.
+pub fn through(pooler: &str, url: &str) -> Result<String> {
+    let path = url.split('?').next().unwrap_or(url);
+    let name = path
+        .rsplit_once('/')
+        .map(|(_, name)| name)
+        .filter(|name| !name.is_empty() && !name.contains('@'))
+        .ok_or_else(|| anyhow!("no database name in {}", redact(url)))?;
+    with_database(pooler, name)
+}
+
 /// Databases this run created (dropped at the end).
 static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -130,7 +153,7 @@ pub async fn describe(admin: &str) -> Result<String> {
 }
 
 /// `host:port` of a URL (no user, password or database).
-fn host_port(url: &str) -> &str {
+pub fn host_port(url: &str) -> &str {
     let rest = url.find("://").map_or(url, |i| &url[i + 3..]);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     rest.split(['/', '?']).next().unwrap_or(rest)
@@ -262,6 +285,14 @@ mod tests {
             "postgresql://u@h/ts_x?sslmode=disable"
         );
         assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            through(
+                "postgres://p@127.0.0.1:6432/postgres",
+                "postgres://u@h:5/ts_a"
+            )
+            .ok(),
+            Some("postgres://p@127.0.0.1:6432/ts_a".to_string())
+        );
         assert_eq!(
             host_port("postgres://u:p@127.0.0.1:5/db?x=1"),
             "127.0.0.1:5"

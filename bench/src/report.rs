@@ -27,7 +27,13 @@ pub async fn run_figures(opts: &Opts, figures: &[Figure], fds: u64) -> Result<()
     let pg = match pg::admin_url() {
         Ok(url) => match pg::describe(&url).await {
             Ok(d) => {
-                pg_line = format!("PostgreSQL rows: {d}");
+                pg_line = match pg::pooler_url() {
+                    Some(p) => format!(
+                        "PostgreSQL rows: {d}; the rows through PgBouncer reach it at {}",
+                        pg::host_port(&p)
+                    ),
+                    None => format!("PostgreSQL rows: {d}"),
+                };
                 Some(url)
             }
             Err(e) => {
@@ -253,9 +259,29 @@ async fn figure_append(sizes: &Sizes, pg: Option<&str>, rows: &mut Vec<Row>) -> 
     ));
     rows.push(r);
     if let Some(url) = pg {
-        pg_append(sizes, url, tp.rate(), http_rate, rows).await;
+        pg_append(sizes, url, None, tp.rate(), http_rate, rows).await;
+        if let Some(pooler) = pg::pooler_url() {
+            pg_append(sizes, url, Some(&pooler), tp.rate(), http_rate, rows).await;
+        }
     }
     Ok(())
+}
+
+/// How the PostgreSQL rows reach the database: "PostgreSQL", or through the pooler.
+fn pg_label(pooler: Option<&str>) -> &'static str {
+    match pooler {
+        None => "PostgreSQL",
+        Some(_) => "PostgreSQL through PgBouncer (transaction mode)",
+    }
+}
+
+/// A fresh database's URL for the servers: direct, or through `pooler`.
+async fn pg_database(admin: &str, pooler: Option<&str>, label: &str) -> Result<String> {
+    let url = pg::fresh_database(admin, label).await?;
+    match pooler {
+        None => Ok(url),
+        Some(p) => pg::through(p, &url),
+    }
 }
 
 /// A cell for a PostgreSQL measurement that could not be made.
@@ -263,27 +289,30 @@ fn failed(e: anyhow::Error) -> String {
     format!("failed: {e:#}")
 }
 
-/// Figure 1 on PostgreSQL, next to the SQLite figures of the same run.
+/// Figure 1 on PostgreSQL (directly, or through `pooler`), next to the SQLite figures of the
+/// same run.
 async fn pg_append(
     sizes: &Sizes,
     admin: &str,
+    pooler: Option<&str>,
     sqlite_rate: f64,
     sqlite_http_rate: f64,
     rows: &mut Vec<Row>,
 ) {
+    let db = pg_label(pooler);
     let mut r = Row::new(
         format!(
-            "1. PostgreSQL: durable append, events/s (200 B payloads; server's runner + journal writer in process, {} concurrent turns × {} events)",
+            "1. {db}: durable append, events/s (200 B payloads; server's runner + journal writer in process, {} concurrent turns × {} events)",
             sizes.pg_append_sessions, sizes.pg_append_events
         ),
         "—",
     );
     eprintln!(
-        "PostgreSQL journal path: {} producers × {} events",
+        "{db} journal path: {} producers × {} events",
         sizes.pg_append_sessions, sizes.pg_append_events
     );
     let run = async {
-        let url = pg::fresh_database(admin, "append").await?;
+        let url = pg_database(admin, pooler, "append").await?;
         let tp = append::in_process(
             Some(&url),
             sizes.pg_append_sessions,
@@ -309,17 +338,23 @@ async fn pg_append(
             r.comparisons
                 .push(format!("SQLite, same run: {}/s", thousands(sqlite_rate)));
             r.ratio = format!("{:.2}× SQLite", tp.rate() / sqlite_rate);
-            for (mode, what) in [
-                (
-                    RawMode::RowByRow,
-                    "one INSERT round trip per row, as the writer does",
-                ),
-                (
-                    RawMode::Savepoints,
-                    "plus SAVEPOINT/RELEASE round trips per row, as the writer does per job",
-                ),
-                (RawMode::MultiRow, "one multi-row INSERT per commit instead"),
-            ] {
+            // The ceilings are the database's own: measured once, directly.
+            let modes = if pooler.is_some() {
+                Vec::new()
+            } else {
+                vec![
+                    (
+                        RawMode::RowByRow,
+                        "one INSERT round trip per row, as the writer does",
+                    ),
+                    (
+                        RawMode::Savepoints,
+                        "plus SAVEPOINT/RELEASE round trips per row, as the writer does per job",
+                    ),
+                    (RawMode::MultiRow, "one multi-row INSERT per commit instead"),
+                ]
+            };
+            for (mode, what) in modes {
                 eprintln!("raw PostgreSQL: {mode:?}, {batch} rows/commit");
                 let raw = async {
                     // The journal's own schema, created by the journal, then left empty.
@@ -351,18 +386,18 @@ async fn pg_append(
     rows.push(r);
 
     eprintln!(
-        "PostgreSQL over HTTP: {} sessions × {} messages",
+        "{db} over HTTP: {} sessions × {} messages",
         sizes.pg_http_sessions, sizes.pg_http_messages
     );
     let mut r = Row::new(
         format!(
-            "1. PostgreSQL: durable append end to end over HTTP+SSE, events/s (`/echo` of 200 B words, {} sessions × {} message, one SSE reader each)",
+            "1. {db}: durable append end to end over HTTP+SSE, events/s (`/echo` of 200 B words, {} sessions × {} message, one SSE reader each)",
             sizes.pg_http_sessions, sizes.pg_http_messages
         ),
         "—",
     );
     let run = async {
-        let url = pg::fresh_database(admin, "http").await?;
+        let url = pg_database(admin, pooler, "http").await?;
         append::over_http(Some(&url), sizes.pg_http_sessions, sizes.pg_http_messages).await
     };
     match run.await {
@@ -388,17 +423,17 @@ async fn pg_append(
 
     let per_session = 1_000_000 * sizes.latency_secs / sizes.pg_latency_pace_us;
     let offered = sizes.pg_latency_sessions as f64 * 1e6 / sizes.pg_latency_pace_us as f64;
-    eprintln!("PostgreSQL latency at {offered}/s offered");
+    eprintln!("{db} latency at {offered}/s offered");
     let mut r = Row::new(
         format!(
-            "1. PostgreSQL: enqueue-to-durable latency p50 / p99 at {} events/s offered ({} paced turns)",
+            "1. {db}: enqueue-to-durable latency p50 / p99 at {} events/s offered ({} paced turns)",
             thousands(offered),
             sizes.pg_latency_sessions
         ),
         "—",
     );
     let run = async {
-        let url = pg::fresh_database(admin, "latency").await?;
+        let url = pg_database(admin, pooler, "latency").await?;
         append::in_process(
             Some(&url),
             sizes.pg_latency_sessions,
@@ -530,6 +565,44 @@ async fn pg_fanout(
         .push(format!("PostgreSQL one node, same run: {one_cell}"));
     r.ratio = ratio(p, sqlite_p99);
     rows.push(r);
+
+    // The same across two nodes whose database URL is a pooler's: without a listen URL they
+    // poll the journal (every 100 ms); with a direct one they listen.
+    let Some(pooler) = pg::pooler_url() else {
+        return;
+    };
+    for (listen, how) in [
+        (false, "no listen URL: each node polls the journal"),
+        (true, "a direct --database-listen-url: each node listens"),
+    ] {
+        eprintln!("fan-out {label}: through PgBouncer, across two nodes, {how}");
+        let across = async {
+            let direct = pg::fresh_database(admin, "pooled").await?;
+            let url = pg::through(&pooler, &direct)?;
+            let extra: Vec<&str> = if listen {
+                vec!["--database-listen-url", &direct]
+            } else {
+                Vec::new()
+            };
+            let a = Arc::new(System::turnstream_on(Some(&url), &extra).await?);
+            let b = Arc::new(System::turnstream_on(Some(&url), &extra).await?);
+            fanout::across(a, b, streams, subs, messages, rate).await
+        };
+        let (pooled, pooled_p99) = fanout_cell(across.await);
+        let mut r = Row::new(
+            format!("2. PostgreSQL through PgBouncer (transaction mode), across nodes, {how}: published on node A, read on node B, p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each)"),
+            "—",
+        );
+        r.ours = pooled.replacen("(server CPU ", "(server CPU of both nodes ", 1);
+        r.comparisons.push(format!(
+            "PostgreSQL directly, across nodes, same run: {cell}"
+        ));
+        r.ratio = match ratio(pooled_p99, p) {
+            none if none == "—" => none,
+            x => format!("{x} direct (p99)"),
+        };
+        rows.push(r);
+    }
 }
 
 async fn figure_fanout(sizes: &Sizes, peers: &Peers, pg: Option<&str>, rows: &mut Vec<Row>) {
