@@ -1,7 +1,8 @@
 //! The module layout of `server/src`, read from its `crate::` and `super::` paths: no import
 //! circle among the modules of one parent (the crate's components, and the modules inside each
 //! of them), and no module but the crate root using an item of the crate root. Test code
-//! (`#[cfg(test)]` modules and `tests.rs` files) is left out: it may reach across for fixtures.
+//! (`#[cfg(test)]` modules, `tests.rs` files, `tests/` folders) is left out: it may reach
+//! across for fixtures.
 //!
 //! A path names the deepest module it reaches; two modules of one parent depend on each other
 //! when any file under one names anything under the other.
@@ -83,8 +84,10 @@ fn sources(root: &Path) -> Result<Vec<Source>, Box<dyn std::error::Error>> {
     for file in files {
         let rel = file.strip_prefix(root)?.to_path_buf();
         let name = rel.file_name().map(|n| n.to_string_lossy().to_string());
-        // The binary is a crate of its own; test files are test code.
-        if name.as_deref() == Some("tests.rs") || rel == Path::new("main.rs") {
+        // The binary is a crate of its own; test files (`tests.rs`, a `tests/` folder of
+        // modules) are test code.
+        let test_code = name.as_deref() == Some("tests.rs") || rel.iter().any(|p| p == "tests");
+        if test_code || rel == Path::new("main.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&file)?;

@@ -1,0 +1,328 @@
+//! This server's agent running the turns: on one node, and under leases on a journal other
+//! servers share (on SQLite here, as on PostgreSQL).
+
+use super::*;
+
+async fn runs_each_sessions_turns_one_at_a_time_in_order(kind: Kind) -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(kind, agent));
+    turns.start().await?;
+    let s1 = bed.post(&turns, "s", "s1").await?;
+    let s2 = bed.post(&turns, "s", "s2").await?;
+    let s3 = bed.post(&turns, "s", "s3").await?;
+    let t1 = bed.post(&turns, "t", "t1").await?;
+    // Sessions run side by side; within one, the oldest turn first.
+    let mut first = [next(&mut acts).await, next(&mut acts).await];
+    first.sort_by(|a, b| a.message.cmp(&b.message));
+    assert_eq!([&*first[0].message, &*first[1].message], ["s1", "t1"]);
+    assert_eq!(first[0].turn, s1);
+    assert_eq!(
+        bed.journal.is_leased(&s1).await?,
+        kind == Kind::Shared,
+        "a turn runs under a lease exactly on a shared journal"
+    );
+    settle(&bed).await?;
+    assert_idle(&mut acts);
+    assert_eq!(bed.state(&s2).await?, TurnState::Queued);
+    assert_eq!(bed.state(&s3).await?, TurnState::Queued);
+    let [s, t] = first;
+    s.complete("one");
+    let second = next(&mut acts).await;
+    assert_eq!((second.message.as_str(), &second.turn), ("s2", &s2));
+    assert_eq!(bed.state(&s1).await?, TurnState::Completed);
+    assert_eq!(bed.text(&s1).await?, "one");
+    second.complete("two");
+    let third = next(&mut acts).await;
+    assert_eq!(third.turn, s3);
+    third.complete("three");
+    t.complete("t");
+    for turn in [&s1, &s2, &s3, &t1] {
+        bed.wait_ended(turn).await;
+        assert_eq!(bed.state(turn).await?, TurnState::Completed);
+        assert_eq!(bed.ends(turn), 1);
+    }
+    Ok(())
+}
+
+async fn a_cancelled_queued_turn_never_starts(kind: Kind) -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(kind, agent));
+    turns.start().await?;
+    let _s1 = bed.post(&turns, "s", "s1").await?;
+    let s2 = bed.post(&turns, "s", "s2").await?;
+    let s3 = bed.post(&turns, "s", "s3").await?;
+    let running = next(&mut acts).await;
+    assert_eq!(turns.cancel(&s2).await?, TurnState::Cancelled);
+    assert_eq!(bed.state(&s2).await?, TurnState::Cancelled);
+    assert_eq!(turns.cancel(&s2).await?, TurnState::Cancelled, "idempotent");
+    running.complete("one");
+    let after = next(&mut acts).await;
+    assert_eq!(after.turn, s3, "the cancelled turn is skipped");
+    assert_eq!(
+        bed.kinds(&s2),
+        ["message_received", "turn_queued", "turn_ended"]
+    );
+    Ok(())
+}
+
+async fn a_cancelled_running_turn_ends_cancelled_with_its_text(kind: Kind) -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(kind, agent));
+    turns.start().await?;
+    let s1 = bed.post(&turns, "s", "s1").await?;
+    let s2 = bed.post(&turns, "s", "s2").await?;
+    let mut act = next(&mut acts).await;
+    act.sink.response("partial");
+    bed.wait_events("the delta is journaled", |all| {
+        all.iter().any(|e| e.kind == "response_delta")
+    })
+    .await;
+    assert_eq!(turns.cancel(&s1).await?, TurnState::Cancelled);
+    within("the agent is stopped", act.end.closed()).await;
+    assert_eq!(bed.text(&s1).await?, "partial");
+    assert_eq!(bed.ends(&s1), 1);
+    // The session goes on with its next turn.
+    assert_eq!(next(&mut acts).await.turn, s2);
+    Ok(())
+}
+
+async fn shutdown_lets_running_turns_finish_then_interrupts_the_rest(kind: Kind) -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(kind, agent));
+    turns.start().await?;
+    let s1 = bed.post(&turns, "s", "s1").await?;
+    let s2 = bed.post(&turns, "s", "s2").await?;
+    let t1 = bed.post(&turns, "t", "t1").await?;
+    let t2 = bed.post(&turns, "t", "t2").await?;
+    let mut running = [next(&mut acts).await, next(&mut acts).await];
+    running.sort_by(|a, b| a.message.cmp(&b.message));
+    let [mut s, t] = running;
+    let grace = Duration::from_secs(5);
+    let stopping = tokio::spawn({
+        let turns = turns.clone();
+        async move { turns.shutdown(grace).await }
+    });
+    within("shutdown begins", async {
+        while !turns.is_stopping() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // Within the grace period a running turn still ends as its agent says...
+    t.complete("in time");
+    bed.wait_ended(&t1).await;
+    assert_eq!(bed.state(&t1).await?, TurnState::Completed);
+    // ...and no queued turn starts.
+    settle(&bed).await?;
+    assert_idle(&mut acts);
+    assert_eq!(bed.state(&t2).await?, TurnState::Queued);
+    bed.advance(grace).await;
+    within("shutdown ends", stopping).await?;
+    within("the agent is stopped", s.end.closed()).await;
+    assert_eq!(bed.state(&s1).await?, TurnState::Interrupted);
+    assert_eq!(bed.ends(&s1), 1);
+    // Queued turns wait for the next start.
+    assert_eq!(bed.state(&s2).await?, TurnState::Queued);
+    turns.kick("s");
+    settle(&bed).await?;
+    assert_idle(&mut acts);
+    Ok(())
+}
+
+async fn a_refused_end_is_retried_and_lands_once(kind: Kind) -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(kind, agent));
+    turns.start().await?;
+    let s1 = bed.post(&turns, "s", "s1").await?;
+    let s2 = bed.post(&turns, "s", "s2").await?;
+    let act = next(&mut acts).await;
+    act.sink.response("done");
+    bed.wait_events("the delta is journaled", |all| {
+        all.iter().any(|e| e.kind == "response_delta")
+    })
+    .await;
+    let lock = bed.lock_writes()?;
+    let _ = act.end.send(Ok(()));
+    bed.wait_failing().await;
+    within("the end is retried", async {
+        while bed
+            .journal
+            .metrics()
+            .turn_end_retries
+            .load(Ordering::Relaxed)
+            == 0
+        {
+            real_pause().await;
+        }
+    })
+    .await;
+    // A cancel meanwhile says the storage refuses the end, rather than answering "cancelled".
+    let refused = turns.cancel(&s1).await;
+    assert!(
+        matches!(refused, Err(ref e) if e.storage_fault() == Some(crate::error::StorageFault::Unavailable)),
+        "{refused:?}"
+    );
+    assert_eq!(bed.state(&s1).await?, TurnState::Running);
+    // The session's next turn waits for it.
+    settle(&bed).await?;
+    assert_idle(&mut acts);
+    drop(lock);
+    bed.advance(RETRY.wait()).await;
+    bed.wait_ended(&s1).await;
+    assert_eq!(bed.state(&s1).await?, TurnState::Completed);
+    assert_eq!(bed.text(&s1).await?, "done");
+    assert_eq!(next(&mut acts).await.turn, s2);
+    // Later retries of the end find it over and write nothing.
+    bed.advance(Duration::from_secs(5)).await;
+    settle(&bed).await?;
+    assert_eq!(bed.ends(&s1), 1);
+    Ok(())
+}
+
+macro_rules! each_kind {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $name() -> super::TestResult {
+                    super::$name(super::Kind::Local).await
+                }
+            )*
+        }
+        mod shared {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $name() -> super::TestResult {
+                    super::$name(super::Kind::Shared).await
+                }
+            )*
+        }
+    };
+}
+
+each_kind!(
+    runs_each_sessions_turns_one_at_a_time_in_order,
+    a_cancelled_queued_turn_never_starts,
+    a_cancelled_running_turn_ends_cancelled_with_its_text,
+    shutdown_lets_running_turns_finish_then_interrupts_the_rest,
+    a_refused_end_is_retried_and_lands_once,
+);
+
+/// One node: a lease an earlier run left (its worker mode, say) ends at start, as nothing here
+/// would renew it.
+#[tokio::test(start_paused = true)]
+async fn local_start_ends_leases_an_earlier_run_left() -> TestResult {
+    let bed = Bed::new()?;
+    let s1 = bed.queue("s", "s1").await?;
+    let claimed = bed.journal.claim_turns("w1", 1, LEASE, 0).await?;
+    assert_eq!(claimed.len(), 1);
+    let (agent, _acts) = puppet();
+    let turns = bed.turns(Mode::Local { agent });
+    turns.start().await?;
+    assert_eq!(bed.state(&s1).await?, TurnState::Interrupted);
+    assert_eq!(bed.ends(&s1), 1);
+    Ok(())
+}
+
+// ---- a shared journal: other servers' leases ----
+
+#[tokio::test(start_paused = true)]
+async fn shared_cancel_ends_another_servers_turn_under_its_lease() -> TestResult {
+    let bed = Bed::new()?;
+    let s1 = bed.queue("s", "s1").await?;
+    let token = claimed_elsewhere(&bed, &s1).await?;
+    let written = bed.journal.submit_fenced_turn_event(
+        "s",
+        &s1,
+        &token,
+        EventBody::ResponseDelta {
+            delta: "theirs".into(),
+        },
+    );
+    within("their delta lands", written).await??;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(Kind::Shared, agent));
+    turns.start().await?;
+    assert_eq!(turns.cancel(&s1).await?, TurnState::Cancelled);
+    assert_eq!(bed.text(&s1).await?, "theirs");
+    assert_eq!(bed.ends(&s1), 1);
+    // Their next write is refused: the lease is no longer theirs.
+    let refused = bed.journal.submit_fenced_turn_event(
+        "s",
+        &s1,
+        &token,
+        EventBody::ResponseDelta { delta: "x".into() },
+    );
+    assert!(matches!(
+        within("their write is answered", refused).await?,
+        Err(Error::LeaseLost)
+    ));
+    // The session is free: its next turn runs here.
+    let s2 = bed.post(&turns, "s", "s2").await?;
+    assert_eq!(next(&mut acts).await.turn, s2);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn shared_a_vanished_servers_turn_ends_when_its_lease_runs_out() -> TestResult {
+    let bed = Bed::new()?;
+    let s1 = bed.queue("s", "s1").await?;
+    let s2 = bed.queue("s", "s2").await?;
+    claimed_elsewhere(&bed, &s1).await?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(Kind::Shared, agent));
+    turns.start().await?;
+    // The other server never renews. Just before the lease ends, nothing moves...
+    bed.advance(LEASE - Duration::from_secs(1)).await;
+    settle(&bed).await?;
+    assert_eq!(bed.state(&s1).await?, TurnState::Running);
+    assert_idle(&mut acts);
+    // ...once it has, the sweep ends the turn and this server runs the session's next one.
+    bed.advance(Duration::from_secs(2)).await;
+    let act = next(&mut acts).await;
+    assert_eq!(act.turn, s2);
+    assert_eq!(bed.state(&s1).await?, TurnState::Interrupted);
+    assert_eq!(bed.ends(&s1), 1);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn shared_a_running_turn_keeps_its_lease_and_stops_once_it_is_lost() -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns(mode(Kind::Shared, agent));
+    turns.start().await?;
+    let s1 = bed.post(&turns, "s", "s1").await?;
+    let s2 = bed.post(&turns, "s", "s2").await?;
+    let mut act = next(&mut acts).await;
+    // Twice a lease long, renewed as it goes: the sweep never finds it expired.
+    for _ in 0..(2 * LEASE.as_secs()) {
+        bed.advance(Duration::from_secs(1)).await;
+        let renewed_to = bed.clock.now_ms() + LEASE.as_millis() as i64;
+        within("the lease is renewed", async {
+            while bed.lease_expiry(&s1).ok().flatten() != Some(renewed_to) {
+                real_pause().await;
+            }
+        })
+        .await;
+    }
+    assert_eq!(bed.state(&s1).await?, TurnState::Running);
+    // Another server ends it (its sweep found the lease expired, say): this server's next
+    // renewal finds the lease lost and stops the turn without writing a second end.
+    assert!(
+        bed.journal
+            .end_leased_turn(&s1, TurnState::Interrupted)
+            .await?
+    );
+    bed.advance(Duration::from_secs(1)).await;
+    within("the agent is stopped", act.end.closed()).await;
+    assert_eq!(next(&mut acts).await.turn, s2);
+    assert_eq!(bed.state(&s1).await?, TurnState::Interrupted);
+    assert_eq!(bed.ends(&s1), 1);
+    Ok(())
+}
