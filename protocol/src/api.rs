@@ -71,9 +71,10 @@ impl MessageStatus {
             TurnState::Completed => MessageStatus::Complete,
             TurnState::Cancelled => MessageStatus::Cancelled,
             TurnState::Failed => MessageStatus::Failed,
-            TurnState::Interrupted | TurnState::Queued | TurnState::Running => {
-                MessageStatus::Interrupted
-            }
+            TurnState::Interrupted
+            | TurnState::Queued
+            | TurnState::Running
+            | TurnState::Waiting => MessageStatus::Interrupted,
         }
     }
 }
@@ -116,6 +117,9 @@ pub struct PostMessageRequest {
     /// [`MAX_ATTACHMENTS_PER_MESSAGE`](crate::limits::MAX_ATTACHMENTS_PER_MESSAGE).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
+    /// What to do while a turn of the session is in flight (v1.2; default `enqueue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_busy: Option<crate::OnBusy>,
 }
 
 /// Answer of `POST /api/sessions/{session}/messages` (202 when created, 200 on an idempotent retry).
@@ -166,6 +170,9 @@ pub struct TurnInfo {
     /// otherwise, so a v1 client sees the shape it knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// The agent's requests in this turn and their answers (v1.2); omitted when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<crate::TurnRequest>,
 }
 
 /// Token counts of one turn, as an OpenAI-compatible server reports them.

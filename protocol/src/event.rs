@@ -3,6 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::api::Message;
+use crate::input::{
+    merge_answer, merge_request, InputGiven, InputRequest, RequestKind, ToolRequest, TurnRequest,
+};
 
 /// One journaled event, as sent in the `data:` line of the stream (its `id:` line is [`Event::id`]).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -22,10 +25,10 @@ pub struct Event {
     pub truncated: Vec<Truncation>,
 }
 
-/// The kind-specific part of an event; `kind` is the SSE `event:` name.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+/// The kind-specific part of an event; [`EventBody::kind`] is the SSE `event:` name and, but for
+/// `input_requested` (whose `kind` field is the request's kind: `approval`, `client_tool` or
+/// `question`, contract v1.2), the `kind` field of its data.
+#[derive(Debug, Clone, PartialEq)]
 pub enum EventBody {
     MessageReceived {
         message: Message,
@@ -41,11 +44,13 @@ pub enum EventBody {
     },
     TurnEnded {
         state: TurnState,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<Message>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// The agent asks (v1.2): the turn waits until every open request is answered.
+    InputRequested(InputRequest),
+    /// A request was answered (v1.2).
+    InputGiven(InputGiven),
 }
 
 impl EventBody {
@@ -59,12 +64,14 @@ impl EventBody {
             EventBody::Tool(_) => "tool",
             EventBody::ResponseDelta { .. } => "response_delta",
             EventBody::TurnEnded { .. } => "turn_ended",
+            EventBody::InputRequested(_) => "input_requested",
+            EventBody::InputGiven(_) => "input_given",
         }
     }
 }
 
-/// Every journaled kind, in lifecycle order.
-pub const EVENT_KINDS: [&str; 7] = [
+/// Every journaled kind, in lifecycle order (the last two: contract v1.2).
+pub const EVENT_KINDS: [&str; 9] = [
     "message_received",
     "turn_queued",
     "turn_started",
@@ -72,7 +79,185 @@ pub const EVENT_KINDS: [&str; 7] = [
     "tool",
     "response_delta",
     "turn_ended",
+    "input_requested",
+    "input_given",
 ];
+
+/// An `input_requested` event's fields but its `kind`, which names the variant of [`WireBody`].
+#[derive(Serialize)]
+struct RequestRef<'a> {
+    request_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool: &'a Option<ToolRequest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    options: &'a Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at: &'a Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct RequestOwned {
+    request_id: String,
+    #[serde(default)]
+    tool: Option<ToolRequest>,
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    options: Option<Vec<String>>,
+    #[serde(default)]
+    expires_at: Option<i64>,
+}
+
+impl RequestOwned {
+    fn into_request(self, kind: RequestKind) -> EventBody {
+        EventBody::InputRequested(InputRequest {
+            request_id: self.request_id,
+            kind,
+            tool: self.tool,
+            prompt: self.prompt,
+            options: self.options,
+            expires_at: self.expires_at,
+        })
+    }
+}
+
+/// How an [`EventBody`] is written: tagged by `kind`, an `input_requested` by its request's kind.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum WireBodyRef<'a> {
+    MessageReceived {
+        message: &'a Message,
+    },
+    TurnQueued {},
+    TurnStarted {},
+    Thinking {
+        delta: &'a str,
+    },
+    Tool(&'a ToolCall),
+    ResponseDelta {
+        delta: &'a str,
+    },
+    TurnEnded {
+        state: TurnState,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: &'a Option<Message>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: &'a Option<String>,
+    },
+    Approval(RequestRef<'a>),
+    ClientTool(RequestRef<'a>),
+    Question(RequestRef<'a>),
+    InputGiven(&'a InputGiven),
+}
+
+/// How an [`EventBody`] is read (the shape of [`WireBodyRef`], owned).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum WireBody {
+    MessageReceived {
+        message: Message,
+    },
+    TurnQueued {},
+    TurnStarted {},
+    Thinking {
+        delta: String,
+    },
+    Tool(ToolCall),
+    ResponseDelta {
+        delta: String,
+    },
+    TurnEnded {
+        state: TurnState,
+        #[serde(default)]
+        message: Option<Message>,
+        #[serde(default)]
+        error: Option<String>,
+    },
+    #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
+    Approval(RequestOwned),
+    #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
+    ClientTool(RequestOwned),
+    #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
+    Question(RequestOwned),
+    InputGiven(InputGiven),
+}
+
+impl Serialize for EventBody {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let wire = match self {
+            EventBody::MessageReceived { message } => WireBodyRef::MessageReceived { message },
+            EventBody::TurnQueued {} => WireBodyRef::TurnQueued {},
+            EventBody::TurnStarted {} => WireBodyRef::TurnStarted {},
+            EventBody::Thinking { delta } => WireBodyRef::Thinking { delta },
+            EventBody::Tool(call) => WireBodyRef::Tool(call),
+            EventBody::ResponseDelta { delta } => WireBodyRef::ResponseDelta { delta },
+            EventBody::TurnEnded {
+                state,
+                message,
+                error,
+            } => WireBodyRef::TurnEnded {
+                state: *state,
+                message,
+                error,
+            },
+            EventBody::InputRequested(r) => {
+                let fields = RequestRef {
+                    request_id: &r.request_id,
+                    tool: &r.tool,
+                    prompt: &r.prompt,
+                    options: &r.options,
+                    expires_at: &r.expires_at,
+                };
+                match r.kind {
+                    RequestKind::Approval => WireBodyRef::Approval(fields),
+                    RequestKind::ClientTool => WireBodyRef::ClientTool(fields),
+                    RequestKind::Question => WireBodyRef::Question(fields),
+                }
+            }
+            EventBody::InputGiven(given) => WireBodyRef::InputGiven(given),
+        };
+        wire.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for EventBody {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match WireBody::deserialize(d)? {
+            WireBody::MessageReceived { message } => EventBody::MessageReceived { message },
+            WireBody::TurnQueued {} => EventBody::TurnQueued {},
+            WireBody::TurnStarted {} => EventBody::TurnStarted {},
+            WireBody::Thinking { delta } => EventBody::Thinking { delta },
+            WireBody::Tool(call) => EventBody::Tool(call),
+            WireBody::ResponseDelta { delta } => EventBody::ResponseDelta { delta },
+            WireBody::TurnEnded {
+                state,
+                message,
+                error,
+            } => EventBody::TurnEnded {
+                state,
+                message,
+                error,
+            },
+            WireBody::Approval(r) => r.into_request(RequestKind::Approval),
+            WireBody::ClientTool(r) => r.into_request(RequestKind::ClientTool),
+            WireBody::Question(r) => r.into_request(RequestKind::Question),
+            WireBody::InputGiven(given) => EventBody::InputGiven(given),
+        })
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for EventBody {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <WireBody as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for EventBody {}
 
 /// A tool call as reported by a `tool` event, and as folded into a snapshot (latest status wins).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -135,6 +320,9 @@ pub struct Truncation {
 pub enum TurnState {
     Queued,
     Running,
+    /// Waiting for answers to the agent's requests (v1.2); in flight like `running`, holding
+    /// nothing. A client that does not know it treats it as `running`.
+    Waiting,
     Completed,
     Cancelled,
     Failed,
@@ -146,6 +334,7 @@ impl TurnState {
         match self {
             TurnState::Queued => "queued",
             TurnState::Running => "running",
+            TurnState::Waiting => "waiting",
             TurnState::Completed => "completed",
             TurnState::Cancelled => "cancelled",
             TurnState::Failed => "failed",
@@ -157,6 +346,7 @@ impl TurnState {
         Some(match s {
             "queued" => TurnState::Queued,
             "running" => TurnState::Running,
+            "waiting" => TurnState::Waiting,
             "completed" => TurnState::Completed,
             "cancelled" => TurnState::Cancelled,
             "failed" => TurnState::Failed,
@@ -166,7 +356,10 @@ impl TurnState {
     }
 
     pub fn is_terminal(self) -> bool {
-        !matches!(self, TurnState::Queued | TurnState::Running)
+        !matches!(
+            self,
+            TurnState::Queued | TurnState::Running | TurnState::Waiting
+        )
     }
 }
 
@@ -189,6 +382,9 @@ pub struct ActiveTurn {
     pub thinking: String,
     pub tools: Vec<ToolCall>,
     pub text: String,
+    /// The agent's requests of this turn and their answers (v1.2); omitted when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<TurnRequest>,
 }
 
 impl ActiveTurn {
@@ -200,6 +396,7 @@ impl ActiveTurn {
             thinking: String::new(),
             tools: Vec::new(),
             text: String::new(),
+            requests: Vec::new(),
         }
     }
 
@@ -217,6 +414,18 @@ impl ActiveTurn {
             EventBody::ResponseDelta { delta } => self.text.push_str(delta),
             EventBody::Tool(call) => merge_tool(&mut self.tools, call),
             EventBody::TurnEnded { state, .. } => self.state = *state,
+            EventBody::InputRequested(request) => {
+                merge_request(&mut self.requests, request);
+                if !self.state.is_terminal() {
+                    self.state = TurnState::Waiting;
+                }
+            }
+            EventBody::InputGiven(given) => {
+                merge_answer(&mut self.requests, given);
+                if self.state == TurnState::Waiting && !self.requests.iter().any(|r| r.is_open()) {
+                    self.state = TurnState::Running;
+                }
+            }
         }
     }
 }
@@ -320,7 +529,15 @@ mod tests {
     fn enum_names_are_their_wire_names() {
         use crate::api::{MessageStatus, Role};
         use TurnState::*;
-        let states = [Queued, Running, Completed, Cancelled, Failed, Interrupted];
+        let states = [
+            Queued,
+            Running,
+            Waiting,
+            Completed,
+            Cancelled,
+            Failed,
+            Interrupted,
+        ];
         check_names(&states, TurnState::as_str, TurnState::parse);
         use ToolStatus::{Failed as ToolFailed, Finished, Progress, Started};
         let tools = [Started, Progress, Finished, ToolFailed];
@@ -383,6 +600,47 @@ mod tests {
             serde_json::to_value(EventBody::TurnQueued {}).unwrap_or_default(),
             json!({"kind": "turn_queued"})
         );
+    }
+
+    #[test]
+    fn input_events_shapes() {
+        let asked: EventBody = serde_json::from_value(json!({
+            "kind": "approval", "request_id": "r1",
+            "tool": {"call_id": "c1", "name": "deploy", "input": {"env": "prod"}}
+        }))
+        .expect("parses");
+        let EventBody::InputRequested(request) = &asked else {
+            panic!("{asked:?}")
+        };
+        assert_eq!(request.kind, RequestKind::Approval);
+        assert_eq!(asked.kind(), "input_requested");
+        assert_eq!(
+            serde_json::to_value(&asked).unwrap_or_default(),
+            json!({"kind": "approval", "request_id": "r1",
+                   "tool": {"call_id": "c1", "name": "deploy", "input": {"env": "prod"}}})
+        );
+        let given = EventBody::InputGiven(InputGiven {
+            request_id: "r1".into(),
+            by: None,
+            answer: crate::RawJson::parse(r#"{"approved":true}"#).expect("json"),
+        });
+        let v = serde_json::to_value(&given).unwrap_or_default();
+        assert_eq!(
+            v,
+            json!({"kind": "input_given", "request_id": "r1", "by": null, "answer": {"approved": true}})
+        );
+        assert_eq!(
+            serde_json::from_value::<EventBody>(v).ok(),
+            Some(given.clone())
+        );
+        let mut t = ActiveTurn::new("t", "s");
+        t.apply(&EventBody::TurnStarted {});
+        t.apply(&asked);
+        assert_eq!(t.state, TurnState::Waiting);
+        t.apply(&given);
+        assert_eq!(t.state, TurnState::Running);
+        assert_eq!(t.requests.len(), 1);
+        assert!(!t.requests[0].is_open());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! - [`event`]: journaled events (`message_received`, `turn_started`, `response_delta`, ...) and the
 //!   un-journaled control events (`snapshot`, `history_resync_required`).
 //! - [`api`]: request and response bodies of the REST endpoints, and the error shape.
+//! - [`input`]: agents that ask (v1.2): requests, answers, `on_busy`.
 //! - [`attachment`]: the files a user message refers to (v1.2), and their rules.
 //! - [`sse`]: encoding and decoding of `text/event-stream` frames.
 //! - [`limits`]: the named limits both sides enforce.
@@ -17,6 +18,7 @@ pub mod api;
 pub mod attachment;
 pub mod cursor;
 pub mod event;
+pub mod input;
 pub mod limits;
 pub mod sse;
 pub mod worker;
@@ -25,3 +27,7 @@ pub use api::*;
 pub use attachment::Attachment;
 pub use cursor::{Cursor, CursorError};
 pub use event::*;
+pub use input::{
+    InputAnswerRequest, InputAnswerResponse, InputGiven, InputRequest, OnBusy, RawJson,
+    RequestKind, ToolRequest, TurnRequest,
+};

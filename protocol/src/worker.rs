@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::Message;
 use crate::event::{ToolCall, TurnState};
+use crate::input::{InputRequest, RawJson};
 
 /// Longest `wait_ms` of a claim: how long one claim may long-poll for a turn.
 pub const MAX_CLAIM_WAIT_MS: u64 = 60_000;
@@ -51,6 +52,31 @@ pub struct ClaimedTurn {
     /// The session's messages before `user_message`, in conversation order.
     pub history: Vec<Message>,
     pub lease: LeaseGrant,
+    /// Set when the turn ran before, waited for input and was answered (v1.2): continue it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<Continuation>,
+}
+
+/// What a worker continuing a turn needs (v1.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Continuation {
+    /// The next `seq` to send (of `events`, `wait`, `complete` or `fail`).
+    pub seq: i64,
+    /// Every answered request of the turn, in the order they were answered.
+    pub answers: Vec<Answer>,
+    /// The turn's events so far, in the shape workers send them.
+    pub events: Vec<WorkerEvent>,
+}
+
+/// One answer in a [`Continuation`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Answer {
+    pub request_id: String,
+    pub answer: RawJson,
+    /// `null` for the server's answer to a request whose time ran out.
+    pub by: Option<String>,
 }
 
 /// The lease a worker holds on a turn: every later request names its token.
@@ -67,9 +93,24 @@ pub struct LeaseGrant {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerEvent {
-    Thinking { delta: String },
-    Response { delta: String },
+    Thinking {
+        delta: String,
+    },
+    Response {
+        delta: String,
+    },
     Tool(ToolCall),
+    /// The agent asks (v1.2); then `POST .../wait` ends the lease and the turn waits.
+    InputRequested(InputRequest),
+}
+
+/// `POST /api/worker/turns/{turn}/wait` (v1.2): ends the lease after `input_requested` events;
+/// `seq` as for `complete`. The turn waits, then is claimable again once answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WaitRequest {
+    pub lease: String,
+    pub seq: i64,
 }
 
 /// `POST /api/worker/turns/{turn}/events`.
@@ -138,6 +179,13 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.events.len(), 3);
         assert!(matches!(&r.events[2], WorkerEvent::Tool(t) if t.call_id == "c"));
+        let asked: WorkerEvent = serde_json::from_str(
+            r#"{"type":"input_requested","request_id":"r","kind":"question","prompt":"which?"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(asked, WorkerEvent::InputRequested(r) if r.prompt.as_deref() == Some("which?"))
+        );
     }
 
     #[test]
