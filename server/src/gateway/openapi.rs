@@ -24,7 +24,8 @@ use turnstream_protocol::{
 };
 use turnstream_protocol::{
     InputAnswerRequest, InputAnswerResponse, InputGiven, InputRequest, OnBusy, RawJson,
-    RequestKind, ToolRequest, TurnRequest,
+    RegenerateResponse, RequestKind, Siblings, SwitchBranchRequest, SwitchBranchResponse,
+    ToolRequest, TurnRequest,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -50,6 +51,8 @@ use super::error::AppError;
         turn,
         cancel,
         give_input,
+        regenerate,
+        switch_branch,
         clear_realtime,
         openapi_json,
         healthz,
@@ -114,6 +117,11 @@ use super::error::AppError;
         WaitRequest,
         Continuation,
         Answer,
+        Siblings,
+        RegenerateResponse,
+        RegenerateRequest,
+        SwitchBranchRequest,
+        SwitchBranchResponse,
     )),
     modifiers(&SecuritySchemes),
     tags(
@@ -239,6 +247,7 @@ fn post_message() {}
         ("session" = String, Path, description = "Session id."),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Page size, 1-1000 (default 100)."),
         ("before" = Option<String>, Query, description = "A `message_id`: the messages before it."),
+        ("leaf" = Option<String>, Query, description = "v1.2: a message id: the branch through it (down to its newest leaf) instead of the active one."),
     ),
     responses(
         (status = 200, description = "The page; stream from `cursor` with `snapshot=1`.", body = HistoryResponse,
@@ -354,6 +363,55 @@ struct InputConflictBody {
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
 fn give_input() {}
+
+/// Body of a regeneration (optional).
+#[derive(Serialize, ToSchema)]
+struct RegenerateRequest {
+    /// As for messages (v1.2); default `enqueue`.
+    on_busy: Option<OnBusy>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/messages/{message}/regenerate",
+    tag = "messages",
+    summary = "A new reply to a user message (or to an assistant message's user message), kept beside the earlier ones as a branch (v1.2).",
+    params(("message" = String, Path, description = "Message id.")),
+    request_body(content = Option<RegenerateRequest>, description = "Optional."),
+    responses(
+        (status = 202, description = "The new turn, queued like any turn; its reply is the session's active leaf.", body = RegenerateResponse),
+        (status = 400, description = "`invalid_message_id`, `invalid_json`, `invalid_path`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        (status = 403, description = "`forbidden` (no `write` on the message's session), `forbidden_origin`.", body = ErrorBody),
+        (status = 404, description = "`message_not_found`.", body = ErrorBody),
+        (status = 409, description = "`session_busy` (`on_busy: reject`).", body = ErrorBody),
+        (status = 429, description = "`too_many_active_turns`; `rate_limited` (with `Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
+)]
+fn regenerate() {}
+
+#[utoipa::path(
+    post,
+    path = "/api/sessions/{session}/active",
+    tag = "messages",
+    summary = "Move the session's active leaf (a switch of branch, v1.2): to the newest leaf below any message of the session.",
+    params(("session" = String, Path, description = "Session id.")),
+    request_body = SwitchBranchRequest,
+    responses(
+        (status = 200, description = "The active leaf now, and the cursor of its `branch_changed`.", body = SwitchBranchResponse),
+        (status = 400, description = "`invalid_leaf_id`, `invalid_session_id`, `invalid_json`, `invalid_path`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        (status = 403, description = "`forbidden` (no `write` on this session), `forbidden_origin`.", body = ErrorBody),
+        (status = 404, description = "`message_not_found`.", body = ErrorBody),
+        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
+)]
+fn switch_branch() {}
 
 #[utoipa::path(
     delete,
