@@ -9,9 +9,9 @@ use turnstream_protocol::{
     SwitchBranchResponse,
 };
 
-use super::leaves::{active_leaf, children, in_session, newest_leaf, set_leaf};
+use super::leaves::{active_leaf, branched, children, in_session, newest_leaf, set_leaf};
 use super::sql::{params, Sql};
-use super::store::{message_by_id, new_id, Admission};
+use super::store::{message_by_id, messages, new_id, Admission, MESSAGE_COLUMNS};
 use super::Journal;
 use crate::error::{Error, Result};
 
@@ -109,9 +109,54 @@ pub(super) fn context(
     let Some(parent) = parent else {
         return Ok(Vec::new());
     };
-    let (mut messages, _) = branch_messages(conn, epoch, &parent, limit)?;
-    messages.reverse();
-    Ok(messages)
+    let session = session_of(conn, user_message)?.unwrap_or_default();
+    if !branched(conn, &session)? {
+        let mut before = in_order(conn, epoch, &session, Some(user_message), limit)?;
+        before.truncate(limit);
+        before.reverse();
+        return Ok(before);
+    }
+    let (mut found, _) = branch_messages(conn, epoch, &parent, limit)?;
+    found.reverse();
+    Ok(found)
+}
+
+/// A session that never branched: up to `limit + 1` of its messages in conversation order
+/// before `before` (or overall), newest first. One query, as before branches existed.
+fn in_order(
+    conn: &dyn Sql,
+    epoch: &str,
+    session: &str,
+    before: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Message>> {
+    let before_position = match before {
+        Some(id) => conn
+            .query_int(
+                "SELECT position FROM messages WHERE message_id = ?1 AND session_id = ?2",
+                params![id, session],
+            )?
+            .ok_or(Error::NotFound { what: "message" })?,
+        None => i64::MAX,
+    };
+    messages(
+        conn,
+        epoch,
+        &format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND position < ?2
+             ORDER BY position DESC LIMIT ?3"
+        ),
+        params![session, before_position, limit as i64 + 1],
+    )
+}
+
+/// The only place of a message of a session that never branched.
+fn alone(message: &Message) -> Siblings {
+    Siblings {
+        index: 0,
+        count: 1,
+        ids: vec![message.message_id.clone()],
+    }
 }
 
 impl Journal {
@@ -130,6 +175,28 @@ impl Journal {
         let before = before.map(str::to_string);
         let leaf = leaf.map(str::to_string);
         self.read(move |conn, epoch| {
+            if !branched(conn, &session_id)? {
+                if let Some(id) = &leaf {
+                    if !in_session(conn, &session_id, id)? {
+                        return Err(Error::NotFound { what: "message" });
+                    }
+                }
+                let mut page = in_order(conn, epoch, &session_id, before.as_deref(), limit)?;
+                let has_more = page.len() > limit;
+                page.truncate(limit);
+                page.reverse();
+                for m in &mut page {
+                    m.siblings = Some(alone(m));
+                }
+                let cursor = Cursor::new(epoch, conn.head()?).to_string();
+                return Ok(HistoryResponse {
+                    session_id: session_id.clone(),
+                    messages: page,
+                    cursor,
+                    has_more,
+                    leaf_id: active_leaf(conn, &session_id)?,
+                });
+            }
             let leaf = match &leaf {
                 Some(id) => {
                     if !in_session(conn, &session_id, id)? {
@@ -219,7 +286,7 @@ impl Journal {
                  VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
                 params![&turn_id, &session, &user, ctx.now, seq, &reply_id],
             )?;
-            set_leaf(ctx.conn, &session, &reply_id)?;
+            set_leaf(ctx.conn, &session, &reply_id, true)?;
             let cursor = ctx.cursor(seq);
             Ok((
                 RegenerateResponse {
@@ -248,7 +315,7 @@ impl Journal {
                 return Err(Error::NotFound { what: "message" });
             }
             let leaf = newest_leaf(ctx.conn, &session, &id)?;
-            set_leaf(ctx.conn, &session, &leaf)?;
+            set_leaf(ctx.conn, &session, &leaf, true)?;
             let changed = leaf.clone();
             let seq = ctx.append(&session, None, move |_| EventBody::BranchChanged {
                 leaf_id: changed,

@@ -91,12 +91,26 @@ pub(super) fn active_leaf(conn: &dyn Sql, session: &str) -> Result<Option<String
     }
 }
 
-/// Records `leaf` as the session's active leaf.
-pub(super) fn set_leaf(conn: &dyn Sql, session: &str, leaf: &str) -> Result<()> {
+/// Records `leaf` as the session's active leaf; `branched`: by an edit, a regeneration or a
+/// switch (the session reads along its tree from then on).
+pub(super) fn set_leaf(conn: &dyn Sql, session: &str, leaf: &str, branched: bool) -> Result<()> {
     conn.execute(
-        "INSERT INTO leaves(session_id, leaf_id) VALUES (?1, ?2)
-         ON CONFLICT(session_id) DO UPDATE SET leaf_id = excluded.leaf_id",
-        params![session, leaf],
+        "INSERT INTO leaves(session_id, leaf_id, branched) VALUES (?1, ?2, ?3)
+         ON CONFLICT(session_id) DO UPDATE SET leaf_id = excluded.leaf_id,
+             branched = CASE WHEN excluded.branched = 1 THEN 1 ELSE leaves.branched END",
+        params![session, leaf, i64::from(branched)],
     )?;
     Ok(())
+}
+
+/// Whether the session ever branched (an edit, a regeneration or a switch). A session that did
+/// not is one line: its conversation order is its only branch.
+pub(super) fn branched(conn: &dyn Sql, session: &str) -> Result<bool> {
+    Ok(conn
+        .query_int(
+            "SELECT branched FROM leaves WHERE session_id = ?1",
+            params![session],
+        )?
+        .unwrap_or(0)
+        != 0)
 }

@@ -285,8 +285,9 @@ impl Journal {
                 }
             }
             admit(ctx.conn, &session_id, admission)?;
+            let active = super::leaves::active_leaf(ctx.conn, &session_id)?;
             let parent = match &parent {
-                None => super::leaves::active_leaf(ctx.conn, &session_id)?,
+                None => active.clone(),
                 Some(None) => None,
                 Some(Some(id)) => {
                     if !super::leaves::in_session(ctx.conn, &session_id, id)? {
@@ -333,7 +334,8 @@ impl Journal {
                  VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
                 params![&turn_id, &session_id, &message_id, now, queued_seq, &reply_id],
             )?;
-            super::leaves::set_leaf(ctx.conn, &session_id, &reply_id)?;
+            // Following anything but the active leaf is an edit: the session branches.
+            super::leaves::set_leaf(ctx.conn, &session_id, &reply_id, parent != active)?;
             Ok(Accepted {
                 response: PostMessageResponse {
                     message_id,
