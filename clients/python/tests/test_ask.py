@@ -29,12 +29,12 @@ class AskTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.stop()
 
-    def with_worker(self, handler, until, worker_id="py-ask"):
+    def with_worker(self, handler, until, worker_id="py-ask", **options):
         """Runs handler in run_worker while until() runs; returns what until returns."""
         stop = threading.Event()
         client = WorkerClient(self.server.url, SERVICE_KEY, worker_id=worker_id)
         loop = threading.Thread(target=run_worker, args=(client, handler),
-                                kwargs={"wait_ms": 500, "stop": stop})
+                                kwargs={"wait_ms": 500, "stop": stop, **options})
         loop.start()
         try:
             return until()
@@ -131,6 +131,32 @@ class AskTest(unittest.TestCase):
         self.assertEqual(info["state"], "completed", info)
         self.assertEqual(info["text"], "No answer.")
         self.assertEqual(info["requests"][0]["answer"], {"timed_out": True})
+
+    def test_a_handler_let_go_after_suspend_s_runs_again_on_the_continuation(self):
+        turn_id = self.server.post("pa6", "deploy staging")
+        runs = []
+        let_go = []
+        was_let_go = threading.Event()
+
+        def handler(turn):
+            runs.append("first" if turn.continuation is None else "continuation")
+            try:
+                answer(turn)
+            except Exception as err:
+                let_go.append(type(err).__name__)
+                was_let_go.set()
+                raise
+
+        def until():
+            self.assertTrue(was_let_go.wait(30))
+            self.assertEqual(self.server.api("GET", f"/turns/{turn_id}")[1]["state"], "waiting")
+            self.server.give(turn_id, {"request_id": "ask-1", "approved": True})
+            return self.server.wait_turn_end(turn_id)
+
+        info = self.with_worker(handler, until, "py-lets-go", suspend_s=0.3)
+        self.assertEqual(info["state"], "completed", info)
+        self.assertEqual(info["text"], "Deploying staging needs your approval. Done: staging is live.")
+        self.assertEqual((runs, let_go), (["first", "continuation"], ["TurnSuspended"]))
 
     def test_a_worker_that_died_waiting_is_continued_by_another_with_the_next_seq(self):
         turn_id = self.server.post("pa5", "deploy prod")
