@@ -203,14 +203,23 @@ export class TurnHandle {
    * to their answers (they must be the same asks, else ContinuationMismatch) and output up to
    * the last of them is not sent again. Ask several at once with `Promise.all`.
    */
-  async request(kind, ask = {}) {
-    if (this.error) throw this.error;
-    const event = requestEvent(kind, this.asks.nextId(ask.requestId), ask);
+  request(kind, ask = {}) {
+    let event;
+    let taken;
+    try {
+      if (this.error) throw this.error;
+      event = requestEvent(kind, this.asks.nextId(ask.requestId), ask);
+      taken = this.asks.take(event);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (taken.answer) return Promise.resolve(taken.answer.answer);
     const id = event.request_id;
-    const taken = this.asks.take(event);
-    if (taken.answer) return taken.answer.answer;
     if (!taken.recorded) this.push(event);
     const answer = new Promise((resolve, reject) => this.open.set(id, { resolve, reject }));
+    // A handler that returns without awaiting an ask must not bring the process down when the
+    // ask is let go; one that awaits still sees the rejection.
+    answer.catch(() => {});
     this.waitWanted = true;
     if (!this.timer) this.timer = setTimeout(() => ((this.timer = null), this.flush().catch(() => {})), 0);
     return answer;
