@@ -89,8 +89,10 @@ test("the example's client tool: its output given over HTTP is the reply", async
 
 test("two asks at once wait for both answers", async () => {
   const turnId = await post("ask3", "two things");
+  const runs = [];
   const info = await withWorker(
     async (turn) => {
+      runs.push(turn.continuation);
       turn.response("Asking. ");
       const [verdict, reply] = await Promise.all([
         turn.requestApproval({ tool: { call_id: "c1", name: "rm", input: { path: "/tmp/x" } } }),
@@ -109,6 +111,7 @@ test("two asks at once wait for both answers", async () => {
   );
   assert.equal(info.state, "completed", JSON.stringify(info));
   assert.equal(info.text, "Asking. Kept, blue.");
+  assert.deepEqual(runs, [null], "the handler that asked went on; it was not run again");
 });
 
 test("an ask whose time runs out resolves to timed_out", async () => {

@@ -90,7 +90,10 @@ class AskTest(unittest.TestCase):
     def test_asyncio_two_asks_at_once_wait_for_both(self):
         turn_id = self.server.post("pa3", "two things")
 
+        runs = []
+
         async def handler(turn):
+            runs.append(turn.continuation)
             turn.response("Asking. ")
             verdict, reply = await asyncio.gather(
                 turn.request_approval({"call_id": "c1", "name": "rm", "input": {"path": "/tmp/x"}}),
@@ -119,6 +122,7 @@ class AskTest(unittest.TestCase):
         info = asyncio.run(main())
         self.assertEqual(info["state"], "completed", info)
         self.assertEqual(info["text"], "Asking. Kept, blue.")
+        self.assertEqual(runs, [None], "the handler that asked went on; it was not run again")
 
     def test_an_ask_whose_time_runs_out_returns_timed_out(self):
         turn_id = self.server.post("pa4", "quick question")
