@@ -194,10 +194,10 @@ pub async fn in_process(
             journal
                 .accept_message(
                     name,
-                    &msg,
-                    Vec::new(),
-                    None,
-                    None,
+                    turnstream_server::journal::NewMessage {
+                        content: msg,
+                        ..Default::default()
+                    },
                     turnstream_server::journal::Admission::enqueue(64),
                 )
                 .await

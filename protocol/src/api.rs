@@ -101,6 +101,28 @@ pub struct Message {
     /// v1 client sees the shape it knows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
+    /// The message this one follows in the conversation tree (contract v1.2): a reply's user
+    /// message, a user message's preceding reply; `null` for the first. Omitted by servers
+    /// before v1.2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// In history (v1.2): this message's place among its parent's children, oldest first.
+    /// Omitted in events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub siblings: Option<Siblings>,
+}
+
+/// A message's place among its parent's children (contract v1.2): versions made by edits (user
+/// messages) or regenerations (replies).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Siblings {
+    /// 0-based position, oldest first.
+    pub index: u32,
+    pub count: u32,
+    /// Every sibling's message id, oldest first (this one's at `index`): `GET .../history?leaf=ID`
+    /// shows a sibling's branch.
+    pub ids: Vec<String>,
 }
 
 /// Body of `POST /api/sessions/{session}/messages`.
@@ -120,6 +142,56 @@ pub struct PostMessageRequest {
     /// What to do while a turn of the session is in flight (v1.2; default `enqueue`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_busy: Option<crate::OnBusy>,
+    /// The message the new one follows (v1.2): absent, the active leaf (v1's behaviour); `null`,
+    /// none (a new first message: an edit of the first); an id, an edit of that message's
+    /// child, whose new sibling this message becomes.
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub parent_id: Option<Option<String>>,
+}
+
+/// A field that is present is `Some`, `null` included (`Some(None)`).
+fn present_or_null<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+/// Answer of `POST /api/messages/{message}/regenerate` (v1.2), 202: the new turn for the same
+/// user message.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegenerateResponse {
+    /// The user message answered again.
+    pub message_id: String,
+    pub turn_id: String,
+    /// Cursor of the new turn's `turn_queued`.
+    pub event_id: String,
+    /// The same cursor (stream from here).
+    pub cursor: String,
+}
+
+/// Body of `POST /api/sessions/{session}/active` (v1.2).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchBranchRequest {
+    /// Any message of the session; the active leaf becomes its newest descendant's leaf.
+    pub leaf_id: String,
+}
+
+/// Answer of `POST /api/sessions/{session}/active` (v1.2).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SwitchBranchResponse {
+    pub session_id: String,
+    /// The active leaf now.
+    pub leaf_id: String,
+    /// Cursor of the `branch_changed` event.
+    pub event_id: String,
 }
 
 /// Answer of `POST /api/sessions/{session}/messages` (202 when created, 200 on an idempotent retry).
@@ -145,6 +217,10 @@ pub struct HistoryResponse {
     /// Whether older messages exist (page with `before=<first message_id>`).
     #[serde(default)]
     pub has_more: bool,
+    /// The leaf of the branch shown (v1.2): the session's active leaf unless `?leaf=` named
+    /// another. May be the id of a reply still being written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_id: Option<String>,
 }
 
 /// Answer of `GET /api/turns/{turn}`.

@@ -33,7 +33,14 @@ pub enum EventBody {
     MessageReceived {
         message: Message,
     },
-    TurnQueued {},
+    /// The turn exists, `queued`. From v1.2 it names the reply it will write (`reply_id`,
+    /// the `message_id` of its `turn_ended` message) and the user message it answers
+    /// (`parent_id`): what a client needs to place a regeneration, which has no
+    /// `message_received`.
+    TurnQueued {
+        reply_id: Option<String>,
+        parent_id: Option<String>,
+    },
     TurnStarted {},
     Thinking {
         delta: String,
@@ -51,6 +58,11 @@ pub enum EventBody {
     InputRequested(InputRequest),
     /// A request was answered (v1.2).
     InputGiven(InputGiven),
+    /// The session's active leaf moved (v1.2): a switch of branch. (An edit or a regeneration
+    /// moves it too, shown by their own events.)
+    BranchChanged {
+        leaf_id: String,
+    },
 }
 
 impl EventBody {
@@ -58,7 +70,7 @@ impl EventBody {
     pub fn kind(&self) -> &'static str {
         match self {
             EventBody::MessageReceived { .. } => "message_received",
-            EventBody::TurnQueued {} => "turn_queued",
+            EventBody::TurnQueued { .. } => "turn_queued",
             EventBody::TurnStarted {} => "turn_started",
             EventBody::Thinking { .. } => "thinking",
             EventBody::Tool(_) => "tool",
@@ -66,12 +78,13 @@ impl EventBody {
             EventBody::TurnEnded { .. } => "turn_ended",
             EventBody::InputRequested(_) => "input_requested",
             EventBody::InputGiven(_) => "input_given",
+            EventBody::BranchChanged { .. } => "branch_changed",
         }
     }
 }
 
-/// Every journaled kind, in lifecycle order (the last two: contract v1.2).
-pub const EVENT_KINDS: [&str; 9] = [
+/// Every journaled kind, in lifecycle order (the last three: contract v1.2).
+pub const EVENT_KINDS: [&str; 10] = [
     "message_received",
     "turn_queued",
     "turn_started",
@@ -81,6 +94,7 @@ pub const EVENT_KINDS: [&str; 9] = [
     "turn_ended",
     "input_requested",
     "input_given",
+    "branch_changed",
 ];
 
 /// An `input_requested` event's fields but its `kind`, which names the variant of [`WireBody`].
@@ -130,7 +144,12 @@ enum WireBodyRef<'a> {
     MessageReceived {
         message: &'a Message,
     },
-    TurnQueued {},
+    TurnQueued {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reply_id: &'a Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_id: &'a Option<String>,
+    },
     TurnStarted {},
     Thinking {
         delta: &'a str,
@@ -150,6 +169,9 @@ enum WireBodyRef<'a> {
     ClientTool(RequestRef<'a>),
     Question(RequestRef<'a>),
     InputGiven(&'a InputGiven),
+    BranchChanged {
+        leaf_id: &'a str,
+    },
 }
 
 /// How an [`EventBody`] is read (the shape of [`WireBodyRef`], owned).
@@ -160,7 +182,12 @@ enum WireBody {
     MessageReceived {
         message: Message,
     },
-    TurnQueued {},
+    TurnQueued {
+        #[serde(default)]
+        reply_id: Option<String>,
+        #[serde(default)]
+        parent_id: Option<String>,
+    },
     TurnStarted {},
     Thinking {
         delta: String,
@@ -183,13 +210,22 @@ enum WireBody {
     #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
     Question(RequestOwned),
     InputGiven(InputGiven),
+    BranchChanged {
+        leaf_id: String,
+    },
 }
 
 impl Serialize for EventBody {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let wire = match self {
             EventBody::MessageReceived { message } => WireBodyRef::MessageReceived { message },
-            EventBody::TurnQueued {} => WireBodyRef::TurnQueued {},
+            EventBody::TurnQueued {
+                reply_id,
+                parent_id,
+            } => WireBodyRef::TurnQueued {
+                reply_id,
+                parent_id,
+            },
             EventBody::TurnStarted {} => WireBodyRef::TurnStarted {},
             EventBody::Thinking { delta } => WireBodyRef::Thinking { delta },
             EventBody::Tool(call) => WireBodyRef::Tool(call),
@@ -218,6 +254,7 @@ impl Serialize for EventBody {
                 }
             }
             EventBody::InputGiven(given) => WireBodyRef::InputGiven(given),
+            EventBody::BranchChanged { leaf_id } => WireBodyRef::BranchChanged { leaf_id },
         };
         wire.serialize(s)
     }
@@ -227,7 +264,13 @@ impl<'de> Deserialize<'de> for EventBody {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Ok(match WireBody::deserialize(d)? {
             WireBody::MessageReceived { message } => EventBody::MessageReceived { message },
-            WireBody::TurnQueued {} => EventBody::TurnQueued {},
+            WireBody::TurnQueued {
+                reply_id,
+                parent_id,
+            } => EventBody::TurnQueued {
+                reply_id,
+                parent_id,
+            },
             WireBody::TurnStarted {} => EventBody::TurnStarted {},
             WireBody::Thinking { delta } => EventBody::Thinking { delta },
             WireBody::Tool(call) => EventBody::Tool(call),
@@ -245,6 +288,7 @@ impl<'de> Deserialize<'de> for EventBody {
             WireBody::ClientTool(r) => r.into_request(RequestKind::ClientTool),
             WireBody::Question(r) => r.into_request(RequestKind::Question),
             WireBody::InputGiven(given) => EventBody::InputGiven(given),
+            WireBody::BranchChanged { leaf_id } => EventBody::BranchChanged { leaf_id },
         })
     }
 }
@@ -404,7 +448,9 @@ impl ActiveTurn {
     /// clients may use it to continue one, so both sides agree on what "so far" means.
     pub fn apply(&mut self, body: &EventBody) {
         match body {
-            EventBody::MessageReceived { .. } | EventBody::TurnQueued {} => {}
+            EventBody::MessageReceived { .. }
+            | EventBody::TurnQueued { .. }
+            | EventBody::BranchChanged { .. } => {}
             EventBody::TurnStarted {} => {
                 if !self.state.is_terminal() {
                     self.state = TurnState::Running;
@@ -597,7 +643,11 @@ mod tests {
             json!({"kind": "turn_ended", "state": "failed", "error": "boom"})
         );
         assert_eq!(
-            serde_json::to_value(EventBody::TurnQueued {}).unwrap_or_default(),
+            serde_json::to_value(EventBody::TurnQueued {
+                reply_id: None,
+                parent_id: None
+            })
+            .unwrap_or_default(),
             json!({"kind": "turn_queued"})
         );
     }

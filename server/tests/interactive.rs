@@ -236,8 +236,9 @@ async fn a_waiting_turn_survives_a_restart_then_continues() -> TestResult {
 
 #[tokio::test]
 async fn kill9_right_after_an_acknowledged_answer_still_continues_once() -> TestResult {
-    // Slow words: the continuation writes nothing before the kill.
-    let mut s = TestServer::start(&["--demo-delay-ms", "400"])?;
+    // Slow words: the continuation writes nothing before the kill. (On PostgreSQL the restarted
+    // server is another node: the dead one's lease, 2 s here, runs out first.)
+    let mut s = TestServer::start(&["--demo-delay-ms", "400", "--worker-lease-secs", "2"])?;
     let sent = s.send("k1", "/approve restart db").await?;
     let id = until_waiting(&s, &sent.turn_id).await?.requests[0]
         .request_id

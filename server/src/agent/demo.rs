@@ -37,6 +37,8 @@ pub enum Directive {
     Ask(String),
     /// Asks the browser to run tool NAME with input `{}`.
     ClientTool(String),
+    /// Replies with its context, one line per message, `ROLE: CONTENT`, its own message last.
+    Context,
     Chat(String),
 }
 
@@ -74,6 +76,7 @@ impl Directive {
                 Err(_) => Directive::Chat(message.to_string()),
             },
             "/approve" => Directive::Approve(rest.trim().to_string()),
+            "/context" => Directive::Context,
             "/ask" => Directive::Ask(rest.trim().to_string()),
             "/clienttool" if !rest.trim().is_empty() => {
                 Directive::ClientTool(rest.trim().to_string())
@@ -169,9 +172,19 @@ impl DemoAgent {
         &self,
         d: Directive,
         sink: TurnSink,
-        so_far: Option<&ActiveTurn>,
+        ctx: &TurnContext,
     ) -> Result<(), AgentError> {
+        let so_far = ctx.continuation.as_ref();
         match d {
+            Directive::Context => {
+                let mut lines: Vec<String> = ctx
+                    .history
+                    .iter()
+                    .map(|m| format!("{}: {}", m.role.as_str(), m.content))
+                    .collect();
+                lines.push(format!("user: {}", ctx.user_message));
+                self.stream(&sink, &lines.join("\n")).await
+            }
             Directive::Approve(text) => match answer_to(so_far, APPROVAL_ID) {
                 None => sink.request(InputRequest {
                     request_id: APPROVAL_ID.into(),
@@ -323,7 +336,7 @@ impl Agent for DemoAgent {
     ) -> BoxFuture<'a, Result<(), AgentError>> {
         Box::pin(async move {
             let d = Directive::parse(&ctx.user_message);
-            self.run_directive(d, sink, ctx.continuation.as_ref()).await
+            self.run_directive(d, sink, &ctx).await
         })
     }
 }

@@ -12,7 +12,7 @@ use turnstream_protocol::{OnBusy, PostMessageRequest};
 
 use super::{access, id_param, quota, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope, MAX_SUB_BYTES};
-use crate::journal::Admission;
+use crate::journal::{Admission, NewMessage};
 
 pub(super) async fn post_message(
     State(state): State<AppState>,
@@ -24,7 +24,7 @@ pub(super) async fn post_message(
     let session = id_param(session, "invalid_session_id", "session")?;
     access::require(&principal, Scope::Write, &session)?;
     let Json(req) = body?;
-    let author = message_author(&principal, req.author.as_deref())?;
+    let author = message_author(&principal, req.author.as_deref())?.map(str::to_string);
     // A message of attachments alone (an image without a caption) needs no text.
     if req.content.trim().is_empty() && req.attachments.is_empty() {
         return Err(AppError::bad_request(
@@ -51,6 +51,14 @@ pub(super) async fn post_message(
         };
         return Err(AppError::new(status, e.code(), e.to_string()));
     }
+    if let Some(Some(parent)) = &req.parent_id {
+        if !is_valid_id(parent) {
+            return Err(AppError::bad_request(
+                "invalid_parent_id",
+                "parent_id is null or a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
+            ));
+        }
+    }
     if let Some(cmid) = &req.client_message_id {
         if !is_valid_id(cmid) {
             return Err(AppError::bad_request(
@@ -73,10 +81,13 @@ pub(super) async fn post_message(
         .journal
         .accept_message(
             &session,
-            &req.content,
-            req.attachments,
-            req.client_message_id.as_deref(),
-            author,
+            NewMessage {
+                content: req.content,
+                attachments: req.attachments,
+                client_message_id: req.client_message_id,
+                author,
+                parent: req.parent_id,
+            },
             Admission {
                 max_active_turns: state.limits.max_active_turns,
                 reject_if_busy: on_busy == OnBusy::Reject,

@@ -2,6 +2,7 @@
 //! through the journal's and turn execution's ([`crate::turns`]) APIs.
 
 mod access;
+mod branches;
 mod error;
 mod input;
 mod messages;
@@ -73,6 +74,8 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
         .route("/sessions/{session}/messages", post(messages::post_message))
         .route("/sessions/{session}/history", get(history))
         .route("/sessions/{session}/realtime", delete(clear_realtime))
+        .route("/sessions/{session}/active", post(branches::switch_branch))
+        .route("/messages/{message}/regenerate", post(branches::regenerate))
         .route("/stream", get(stream::stream))
         .route("/turns/{turn}", get(turn))
         .route("/turns/{turn}/cancel", post(cancel))
@@ -179,6 +182,7 @@ async fn history(
     access::require(&principal, Scope::Read, &session)?;
     let mut limit = DEFAULT_HISTORY_LIMIT;
     let mut before = None;
+    let mut leaf = None;
     for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
         match &*k {
             "limit" => {
@@ -202,12 +206,21 @@ async fn history(
                 }
                 before = Some(v.into_owned());
             }
+            "leaf" => {
+                if !is_valid_id(&v) {
+                    return Err(AppError::bad_request(
+                        "invalid_leaf",
+                        "leaf is a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
+                    ));
+                }
+                leaf = Some(v.into_owned());
+            }
             _ => {}
         }
     }
     let page = state
         .journal
-        .history(&session, limit, before.as_deref())
+        .history(&session, limit, before.as_deref(), leaf.as_deref())
         .await?;
     let cursor = HeaderValue::from_str(&page.cursor)
         .map_err(|e| AppError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;

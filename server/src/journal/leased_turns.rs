@@ -17,7 +17,7 @@ use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
 use super::lease::{Lease, LeaseError};
 use super::sql::{params, Sql};
-use super::store::{end_turn_in, fold_turn, message_by_id, messages, turn_by_id, MESSAGE_COLUMNS};
+use super::store::{end_turn_in, fold_turn, message_by_id, turn_by_id};
 use super::{Journal, TurnRow, WriteCtx};
 use crate::error::{Error, Result};
 
@@ -269,21 +269,12 @@ impl Journal {
                     let user_message =
                         message_by_id(ctx.conn, ctx.epoch, &turn.user_message_id)?
                             .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
-                    let mut history: Vec<Message> = messages(
+                    let history = super::branches::context(
                         ctx.conn,
                         ctx.epoch,
-                        &format!(
-                            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1
-                             AND position < (SELECT position FROM messages WHERE message_id = ?2)
-                             ORDER BY position DESC LIMIT ?3"
-                        ),
-                        params![
-                            &turn.session_id,
-                            &turn.user_message_id,
-                            history_limit as i64
-                        ],
+                        &turn.user_message_id,
+                        history_limit,
                     )?;
-                    history.reverse();
                     out.push(Claimed {
                         turn,
                         user_message,

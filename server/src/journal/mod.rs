@@ -8,11 +8,13 @@
 //! several servers may share the database: each fans out what any of them committed through its
 //! tail ([`postgres::Tail`]).
 
+mod branches;
 mod fanout;
 mod health;
 mod inputs;
 mod lease;
 mod leased_turns;
+mod leaves;
 mod payload;
 pub mod postgres;
 mod replay;
@@ -34,7 +36,7 @@ pub use replay::{Encoder, Page, StreamStart};
 pub use retention::cleanup_loop;
 pub use sql::Backend;
 pub use sql::EventRow;
-pub use store::{Accepted, Admission, TurnRow};
+pub use store::{Accepted, Admission, NewMessage, TurnRow};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};

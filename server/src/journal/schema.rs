@@ -125,6 +125,28 @@ ALTER TABLE turns ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
 DROP INDEX turns_active;
 CREATE INDEX turns_active ON turns(session_id, queued_seq) WHERE state IN ('queued', 'running', 'waiting');
 "#,
+    // v7 (contract v1.2, branches): every message's parent in the conversation tree (filled in
+    // from conversation order for earlier messages: one line); every turn's reply id, drawn
+    // when the turn is queued; each session's active leaf.
+    r#"
+ALTER TABLE messages ADD COLUMN parent_id TEXT;
+UPDATE messages SET parent_id = (SELECT p.message_id FROM messages p
+    WHERE p.session_id = messages.session_id AND p.position < messages.position
+    ORDER BY p.position DESC LIMIT 1);
+CREATE INDEX messages_by_parent ON messages(parent_id, event_seq) WHERE parent_id IS NOT NULL;
+ALTER TABLE turns ADD COLUMN reply_id TEXT;
+UPDATE turns SET reply_id = COALESCE(message_id, 'msg_r' || turn_id);
+-- A user message sent while the turn before it ran follows that turn's reply, written later.
+UPDATE messages SET parent_id = (SELECT t.reply_id FROM turns t
+    WHERE t.user_message_id = messages.parent_id ORDER BY t.queued_seq DESC LIMIT 1)
+WHERE role = 'user' AND parent_id IN (SELECT u.message_id FROM messages u WHERE u.role = 'user');
+CREATE INDEX turns_by_reply ON turns(reply_id);
+CREATE INDEX turns_by_user_message ON turns(user_message_id, queued_seq);
+CREATE TABLE leaves (
+    session_id TEXT PRIMARY KEY,
+    leaf_id    TEXT NOT NULL
+) WITHOUT ROWID;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -4,8 +4,8 @@
 use std::sync::atomic::Ordering;
 
 use turnstream_protocol::{
-    ActiveTurn, Attachment, Cursor, EventBody, HistoryResponse, Message, MessageStatus,
-    PostMessageResponse, Role, TurnInfo, TurnState, Usage,
+    ActiveTurn, Attachment, Cursor, EventBody, Message, MessageStatus, PostMessageResponse, Role,
+    TurnInfo, TurnState, Usage,
 };
 
 use super::sql::{params, Row, Sql};
@@ -19,6 +19,35 @@ pub struct Accepted {
     /// False when this was an idempotent retry of an earlier request.
     pub created: bool,
     pub session_id: String,
+}
+
+/// A user message to accept.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    pub content: String,
+    pub attachments: Vec<Attachment>,
+    pub client_message_id: Option<String>,
+    pub author: Option<String>,
+    /// The message it follows (v1.2): `None`, the active leaf; `Some(None)`, none (a first
+    /// message); `Some(Some(id))`, that message (an edit of its child).
+    pub parent: Option<Option<String>>,
+}
+
+/// Refuses a new turn for `session` as `admission` says.
+pub(super) fn admit(conn: &dyn Sql, session: &str, admission: Admission) -> Result<()> {
+    let active = conn
+        .query_int(
+            "SELECT COUNT(*) FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running', 'waiting')",
+            params![session],
+        )?
+        .unwrap_or(0);
+    if admission.reject_if_busy && active > 0 {
+        return Err(Error::SessionBusy);
+    }
+    if active as usize >= admission.max_active_turns {
+        return Err(Error::TooManyActiveTurns(admission.max_active_turns));
+    }
+    Ok(())
 }
 
 /// When a session takes a new message.
@@ -55,6 +84,9 @@ pub struct TurnRow {
     /// How often the turn continued after waiting for input (v1.2): a `queued` turn with
     /// `resumes > 0` is a continuation waiting for its runner.
     pub resumes: i64,
+    /// The id of the reply the turn writes when it ends, drawn when it was queued (v1.2; `None`
+    /// only for a turn queued by a server before it).
+    pub reply_id: Option<String>,
 }
 
 impl TurnRow {
@@ -74,7 +106,7 @@ impl TurnRow {
 pub(crate) const ID_RANDOM_CHARS: usize = 20;
 
 /// A new turn or message id, `{prefix}_` + [`ID_RANDOM_CHARS`] random characters of `[0-9a-z]`.
-fn new_id(prefix: &str) -> String {
+pub(super) fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", crate::ids::random_chars(ID_RANDOM_CHARS))
 }
 
@@ -83,7 +115,7 @@ fn parse_state(s: &str) -> Result<TurnState> {
 }
 
 pub(super) const MESSAGE_COLUMNS: &str =
-    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, attachments";
+    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, attachments, parent_id";
 
 /// The `attachments` column: a JSON array, NULL for none (every message before v1.2, and most
 /// after), so a message without attachments costs nothing more to store.
@@ -120,6 +152,8 @@ pub(super) fn message_from_row(r: &Row, epoch: &str) -> Result<Message> {
         event_id: Cursor::new(epoch, r.int(7)?).to_string(),
         author: r.opt_text(8)?,
         attachments: attachments_from_column(r.opt_text(9)?)?,
+        parent_id: r.opt_text(10)?,
+        siblings: None,
     })
 }
 
@@ -152,7 +186,7 @@ pub(super) fn message_by_id(
 }
 
 pub(super) const TURN_COLUMNS: &str =
-    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes";
+    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes, reply_id";
 
 pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
     Ok(TurnRow {
@@ -166,6 +200,7 @@ pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
         error: r.opt_text(7)?,
         message_id: r.opt_text(8)?,
         resumes: r.int(9)?,
+        reply_id: r.opt_text(10)?,
     })
 }
 
@@ -211,20 +246,17 @@ impl Journal {
     pub async fn accept_message(
         &self,
         session_id: &str,
-        content: &str,
-        attachments: Vec<Attachment>,
-        client_message_id: Option<&str>,
-        author: Option<&str>,
+        message: NewMessage,
         admission: Admission,
     ) -> Result<Accepted> {
-        let Admission {
-            max_active_turns,
-            reject_if_busy,
-        } = admission;
         let session_id = session_id.to_string();
-        let author = author.map(str::to_string);
-        let content = content.to_string();
-        let cmid = client_message_id.map(str::to_string);
+        let NewMessage {
+            content,
+            attachments,
+            client_message_id: cmid,
+            author,
+            parent,
+        } = message;
         let stored_attachments = attachments_column(&attachments)?;
         self.write(move |ctx| {
             if let Some(cmid) = &cmid {
@@ -252,21 +284,20 @@ impl Journal {
                     });
                 }
             }
-            let active = ctx
-                .conn
-                .query_int(
-                    "SELECT COUNT(*) FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running', 'waiting')",
-                    params![&session_id],
-                )?
-                .unwrap_or(0);
-            if reject_if_busy && active > 0 {
-                return Err(Error::SessionBusy);
-            }
-            if active as usize >= max_active_turns {
-                return Err(Error::TooManyActiveTurns(max_active_turns));
-            }
+            admit(ctx.conn, &session_id, admission)?;
+            let parent = match &parent {
+                None => super::leaves::active_leaf(ctx.conn, &session_id)?,
+                Some(None) => None,
+                Some(Some(id)) => {
+                    if !super::leaves::in_session(ctx.conn, &session_id, id)? {
+                        return Err(Error::NotFound { what: "message" });
+                    }
+                    Some(id.clone())
+                }
+            };
             let message_id = new_id("msg");
             let turn_id = new_id("turn");
+            let reply_id = new_id("msg");
             let now = ctx.now;
             let mut message = None;
             let seq = ctx.append(&session_id, Some(&turn_id), |cursor| {
@@ -281,21 +312,28 @@ impl Journal {
                     event_id: cursor.to_string(),
                     author: author.clone(),
                     attachments: attachments.clone(),
+                    parent_id: parent.clone(),
+                    siblings: None,
                 };
                 message = Some(m.clone());
                 EventBody::MessageReceived { message: m }
             })?;
             ctx.conn.execute(
-                "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position, attachments)
-                 VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT), ?9)",
-                params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author, &stored_attachments],
+                "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position, attachments, parent_id)
+                 VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT), ?9, ?10)",
+                params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author, &stored_attachments, &parent],
             )?;
-            let queued_seq = ctx.append(&session_id, Some(&turn_id), |_| EventBody::TurnQueued {})?;
+            let (reply, asked) = (reply_id.clone(), message_id.clone());
+            let queued_seq = ctx.append(&session_id, Some(&turn_id), move |_| EventBody::TurnQueued {
+                reply_id: Some(reply),
+                parent_id: Some(asked),
+            })?;
             ctx.conn.execute(
-                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq)
-                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5)",
-                params![&turn_id, &session_id, &message_id, now, queued_seq],
+                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
+                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
+                params![&turn_id, &session_id, &message_id, now, queued_seq, &reply_id],
             )?;
+            super::leaves::set_leaf(ctx.conn, &session_id, &reply_id)?;
             Ok(Accepted {
                 response: PostMessageResponse {
                     message_id,
@@ -346,33 +384,6 @@ impl Journal {
                      AND w.state = 'waiting' AND w.queued_seq < turns.queued_seq)",
                 &[],
             )
-        })
-        .await
-    }
-
-    /// Earlier messages of a session in conversation order, for an agent's context: the last
-    /// `limit` before `before_message`.
-    pub async fn agent_history(
-        &self,
-        session_id: &str,
-        before_message: &str,
-        limit: usize,
-    ) -> Result<Vec<Message>> {
-        let session_id = session_id.to_string();
-        let before = before_message.to_string();
-        self.read(move |conn, epoch| {
-            let mut msgs = messages(
-                conn,
-                epoch,
-                &format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1
-                     AND position < (SELECT position FROM messages WHERE message_id = ?2)
-                     ORDER BY position DESC LIMIT ?3"
-                ),
-                params![&session_id, &before, limit as i64],
-            )?;
-            msgs.reverse();
-            Ok(msgs)
         })
         .await
     }
@@ -512,49 +523,6 @@ impl Journal {
         .await
     }
 
-    /// A page of history in conversation order (each turn's reply right after the message that
-    /// started it; see the `position` column) and the journal position of exactly this snapshot.
-    pub async fn history(
-        &self,
-        session_id: &str,
-        limit: usize,
-        before: Option<&str>,
-    ) -> Result<HistoryResponse> {
-        let session_id = session_id.to_string();
-        let before = before.map(str::to_string);
-        self.read(move |conn, epoch| {
-            let before_position: i64 = match &before {
-                Some(id) => conn
-                    .query_int(
-                        "SELECT position FROM messages WHERE message_id = ?1 AND session_id = ?2",
-                        params![id, &session_id],
-                    )?
-                    .ok_or(Error::NotFound { what: "message" })?,
-                None => i64::MAX,
-            };
-            let mut messages = messages(
-                conn,
-                epoch,
-                &format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ?1 AND position < ?2
-                     ORDER BY position DESC LIMIT ?3"
-                ),
-                params![&session_id, before_position, limit as i64 + 1],
-            )?;
-            let has_more = messages.len() > limit;
-            messages.truncate(limit);
-            messages.reverse();
-            let cursor = Cursor::new(epoch, conn.head()?).to_string();
-            Ok(HistoryResponse {
-                session_id,
-                messages,
-                cursor,
-                has_more,
-            })
-        })
-        .await
-    }
-
     /// After a crash: every turn left `running` ends `interrupted` with its partial text (a
     /// worker's turn only once its lease expires: see [`Journal::expire_leases`]), unless
     /// its `turn_ended` is already journaled, in which case only the projection is repaired.
@@ -620,7 +588,7 @@ pub(super) fn end_turn_in(
     // No lease holds an ended turn, whatever was found earlier in this batch.
     ctx.fences.retain(|(t, _)| t != turn_id);
     super::requests::close_requests(ctx, turn_id)?;
-    let message_id = new_id("msg");
+    let message_id = turn.reply_id.clone().unwrap_or_else(|| new_id("msg"));
     let now = ctx.now;
     let mut message = None;
     let seq = ctx.append(&turn.session_id, Some(turn_id), |cursor| {
@@ -635,6 +603,8 @@ pub(super) fn end_turn_in(
             event_id: cursor.to_string(),
             author: None,
             attachments: Vec::new(),
+            parent_id: Some(turn.user_message_id.clone()),
+            siblings: None,
         };
         message = Some(m.clone());
         EventBody::TurnEnded {
@@ -660,9 +630,9 @@ pub(super) fn end_turn_in(
         return Err(Error::Corrupt("turn changed state during end".into()));
     }
     ctx.conn.execute(
-        "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position)
+        "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position, parent_id)
          VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7,
-                 COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * CAST(?7 AS BIGINT) + 1))",
+                 COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * CAST(?7 AS BIGINT) + 1), ?8)",
         params![
             &message_id,
             &turn.session_id,

@@ -508,7 +508,7 @@ mod tests {
 
     fn append(savepoint: bool) -> (Job, oneshot::Receiver<Result<i64>>) {
         Job::new(savepoint, |ctx| {
-            ctx.append("s", Some("t"), |_| EventBody::TurnQueued {})
+            ctx.append("s", Some("t"), |_| EventBody::TurnStarted {})
         })
     }
 

@@ -189,7 +189,7 @@ impl Turns {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let history = self
             .journal
-            .agent_history(&turn.session_id, &turn.user_message_id, AGENT_HISTORY)
+            .agent_history(&turn.user_message_id, AGENT_HISTORY)
             .await
             .unwrap_or_default();
         // A continuation goes on from what the turn showed before it waited.

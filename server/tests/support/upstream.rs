@@ -246,6 +246,8 @@ pub fn message(role: Role, content: &str, status: MessageStatus) -> Message {
         event_id: "e-1".into(),
         author: None,
         attachments: Vec::new(),
+        parent_id: None,
+        siblings: None,
     }
 }
 

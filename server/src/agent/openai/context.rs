@@ -147,6 +147,8 @@ mod tests {
             event_id: String::new(),
             author: None,
             attachments: Vec::new(),
+            parent_id: None,
+            siblings: None,
         }
     }
 

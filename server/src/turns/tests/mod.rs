@@ -207,10 +207,10 @@ impl Bed {
             .journal
             .accept_message(
                 session,
-                content,
-                Vec::new(),
-                None,
-                None,
+                crate::journal::NewMessage {
+                    content: content.to_string(),
+                    ..Default::default()
+                },
                 crate::journal::Admission::enqueue(64),
             )
             .await?;

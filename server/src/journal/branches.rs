@@ -1,0 +1,264 @@
+//! Conversations that branch (contract v1.2): history along a branch (the active one, or the one
+//! through any message), the agent's context (the branch up to the turn's user message), a
+//! regeneration (a new turn for the same user message, whose reply becomes a sibling of the
+//! earlier ones) and a switch of the active leaf (`branch_changed`). The tree itself is in
+//! [`super::leaves`]; an edit is a message posted with a `parent_id` ([`Journal::accept_message`]).
+
+use turnstream_protocol::{
+    Cursor, EventBody, HistoryResponse, Message, RegenerateResponse, Role, Siblings,
+    SwitchBranchResponse,
+};
+
+use super::leaves::{active_leaf, children, in_session, newest_leaf, set_leaf};
+use super::sql::{params, Sql};
+use super::store::{message_by_id, new_id, Admission};
+use super::Journal;
+use crate::error::{Error, Result};
+
+/// The ids from `start` up to the root, `start` first, at most `max`: messages, and replies
+/// still being written (whose parent is their turn's user message).
+fn chain(conn: &dyn Sql, start: &str, max: usize) -> Result<Vec<String>> {
+    conn.query_texts(
+        "WITH RECURSIVE chain(id, depth) AS (
+             SELECT CAST(?1 AS TEXT), CAST(0 AS BIGINT)
+             UNION ALL
+             SELECT COALESCE(
+                 (SELECT m.parent_id FROM messages m WHERE m.message_id = chain.id),
+                 (SELECT t.user_message_id FROM turns t WHERE t.reply_id = chain.id)),
+                 depth + 1
+             FROM chain WHERE chain.id IS NOT NULL AND depth < ?2
+         )
+         SELECT id FROM chain WHERE id IS NOT NULL ORDER BY depth",
+        params![start, max as i64],
+    )
+}
+
+/// Up to `limit` messages of the branch from `start` upward (`start` included when it is a
+/// message), newest first, and whether older ones exist.
+fn branch_messages(
+    conn: &dyn Sql,
+    epoch: &str,
+    start: &str,
+    limit: usize,
+) -> Result<(Vec<Message>, bool)> {
+    // Replies still being written are nodes without a message: a few per session at most.
+    let ids = chain(
+        conn,
+        start,
+        limit + 2 + turnstream_protocol::limits::MAX_ACTIVE_TURNS_PER_SESSION,
+    )?;
+    let mut out = Vec::with_capacity(limit.min(ids.len()));
+    for id in &ids {
+        if let Some(m) = message_by_id(conn, epoch, id)? {
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            out.push(m);
+        }
+    }
+    Ok((out, false))
+}
+
+/// Where `message` stands among its parent's children.
+fn siblings(conn: &dyn Sql, session: &str, message: &Message) -> Result<Siblings> {
+    let ids = match message.role {
+        Role::Assistant => match &message.parent_id {
+            Some(user) => children(conn, session, Some(user))?,
+            None => vec![message.message_id.clone()],
+        },
+        Role::User => children(conn, session, message.parent_id.as_deref())?,
+    };
+    let index = ids
+        .iter()
+        .position(|id| *id == message.message_id)
+        .unwrap_or(0);
+    Ok(Siblings {
+        index: u32::try_from(index).unwrap_or(u32::MAX),
+        count: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+        ids,
+    })
+}
+
+/// The session a message (or a reply still being written) belongs to.
+fn session_of(conn: &dyn Sql, id: &str) -> Result<Option<String>> {
+    Ok(conn
+        .query_texts(
+            "SELECT session_id FROM messages WHERE message_id = ?1
+             UNION ALL SELECT session_id FROM turns WHERE reply_id = ?1",
+            params![id],
+        )?
+        .pop())
+}
+
+/// The agent's context for a turn: the messages of its branch before `user_message`, oldest
+/// first, at most `limit`.
+pub(super) fn context(
+    conn: &dyn Sql,
+    epoch: &str,
+    user_message: &str,
+    limit: usize,
+) -> Result<Vec<Message>> {
+    let parent = conn
+        .query_row(
+            "SELECT parent_id FROM messages WHERE message_id = ?1",
+            params![user_message],
+        )?
+        .map(|r| r.opt_text(0))
+        .transpose()?
+        .flatten();
+    let Some(parent) = parent else {
+        return Ok(Vec::new());
+    };
+    let (mut messages, _) = branch_messages(conn, epoch, &parent, limit)?;
+    messages.reverse();
+    Ok(messages)
+}
+
+impl Journal {
+    /// A page of the session's history along a branch, oldest first, and the journal position of
+    /// exactly this snapshot: the active branch, or (`leaf`) the branch through that message
+    /// down to its newest leaf; older pages with `before`. Each message says its place among its
+    /// siblings.
+    pub async fn history(
+        &self,
+        session_id: &str,
+        limit: usize,
+        before: Option<&str>,
+        leaf: Option<&str>,
+    ) -> Result<HistoryResponse> {
+        let session_id = session_id.to_string();
+        let before = before.map(str::to_string);
+        let leaf = leaf.map(str::to_string);
+        self.read(move |conn, epoch| {
+            let leaf = match &leaf {
+                Some(id) => {
+                    if !in_session(conn, &session_id, id)? {
+                        return Err(Error::NotFound { what: "message" });
+                    }
+                    Some(newest_leaf(conn, &session_id, id)?)
+                }
+                None => active_leaf(conn, &session_id)?,
+            };
+            let start = match &before {
+                Some(id) => {
+                    if !in_session(conn, &session_id, id)? {
+                        return Err(Error::NotFound { what: "message" });
+                    }
+                    chain(conn, id, 2)?.into_iter().nth(1)
+                }
+                None => leaf.clone(),
+            };
+            let (mut messages, has_more) = match &start {
+                Some(start) => branch_messages(conn, epoch, start, limit)?,
+                None => (Vec::new(), false),
+            };
+            messages.reverse();
+            for m in &mut messages {
+                m.siblings = Some(siblings(conn, &session_id, m)?);
+            }
+            let cursor = Cursor::new(epoch, conn.head()?).to_string();
+            Ok(HistoryResponse {
+                session_id,
+                messages,
+                cursor,
+                has_more,
+                leaf_id: leaf,
+            })
+        })
+        .await
+    }
+
+    /// Earlier messages of the turn's branch, for an agent's context: the last `limit` before
+    /// `user_message`, oldest first.
+    pub async fn agent_history(&self, user_message: &str, limit: usize) -> Result<Vec<Message>> {
+        let user_message = user_message.to_string();
+        self.read(move |conn, epoch| context(conn, epoch, &user_message, limit))
+            .await
+    }
+
+    /// The session of a message (or of a reply still being written), if it exists.
+    pub async fn message_session(&self, id: &str) -> Result<Option<String>> {
+        let id = id.to_string();
+        self.read(move |conn, _| session_of(conn, &id)).await
+    }
+
+    /// `POST /api/messages/{message}/regenerate`: a new turn for the user message (an
+    /// assistant message's user message), queued like any turn; its reply-to-be becomes the
+    /// active leaf, a new sibling of the earlier replies. Returns the answer and the session.
+    pub async fn regenerate(
+        &self,
+        message_id: &str,
+        admission: Admission,
+    ) -> Result<(RegenerateResponse, String)> {
+        let id = message_id.to_string();
+        self.write(move |ctx| {
+            let user = match message_by_id(ctx.conn, ctx.epoch, &id)? {
+                Some(m) if m.role == Role::User => m.message_id,
+                Some(m) => m.parent_id.ok_or(Error::NotFound { what: "message" })?,
+                // A reply still being written: its turn's user message.
+                None => ctx
+                    .conn
+                    .query_texts(
+                        "SELECT user_message_id FROM turns WHERE reply_id = ?1",
+                        params![&id],
+                    )?
+                    .pop()
+                    .ok_or(Error::NotFound { what: "message" })?,
+            };
+            let session = session_of(ctx.conn, &user)?.ok_or(Error::NotFound { what: "message" })?;
+            super::store::admit(ctx.conn, &session, admission)?;
+            let turn_id = new_id("turn");
+            let reply_id = new_id("msg");
+            let (reply, parent) = (reply_id.clone(), user.clone());
+            let seq = ctx.append(&session, Some(&turn_id), move |_| EventBody::TurnQueued {
+                reply_id: Some(reply),
+                parent_id: Some(parent),
+            })?;
+            ctx.conn.execute(
+                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
+                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
+                params![&turn_id, &session, &user, ctx.now, seq, &reply_id],
+            )?;
+            set_leaf(ctx.conn, &session, &reply_id)?;
+            let cursor = ctx.cursor(seq);
+            Ok((
+                RegenerateResponse {
+                    message_id: user,
+                    turn_id,
+                    event_id: cursor.clone(),
+                    cursor,
+                },
+                session,
+            ))
+        })
+        .await
+    }
+
+    /// `POST /api/sessions/{session}/active`: the active leaf becomes the newest leaf below
+    /// `leaf_id` (any message of the session), journaled as `branch_changed`.
+    pub async fn switch_branch(
+        &self,
+        session_id: &str,
+        leaf_id: &str,
+    ) -> Result<SwitchBranchResponse> {
+        let session = session_id.to_string();
+        let id = leaf_id.to_string();
+        self.write(move |ctx| {
+            if !in_session(ctx.conn, &session, &id)? {
+                return Err(Error::NotFound { what: "message" });
+            }
+            let leaf = newest_leaf(ctx.conn, &session, &id)?;
+            set_leaf(ctx.conn, &session, &leaf)?;
+            let changed = leaf.clone();
+            let seq = ctx.append(&session, None, move |_| EventBody::BranchChanged {
+                leaf_id: changed,
+            })?;
+            Ok(SwitchBranchResponse {
+                session_id: session.clone(),
+                leaf_id: leaf,
+                event_id: ctx.cursor(seq),
+            })
+        })
+        .await
+    }
+}

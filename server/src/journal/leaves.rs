@@ -1,0 +1,102 @@
+//! The conversation tree's primitives (contract v1.2): each session's active leaf, a node's
+//! children and the walk down to the newest leaf. A node is a message, or the reply a turn in
+//! flight will write (its `reply_id`, drawn when the turn is queued). A user message's children
+//! are its turns' replies (more than one after a regeneration), in the order the turns were
+//! queued; a reply's children (and a session's roots) are the user messages that follow it (more
+//! than one after an edit), in journal order.
+
+use super::sql::{params, Sql};
+use crate::error::Result;
+
+/// Deepest walk down a branch: far more than any conversation, and a bound on a corrupt loop.
+const MAX_DEPTH: usize = 1_000_000;
+
+/// Whether `id` is a node of `session`: a message, or a reply still being written.
+pub(super) fn in_session(conn: &dyn Sql, session: &str, id: &str) -> Result<bool> {
+    let n = conn
+        .query_int(
+            "SELECT (SELECT COUNT(*) FROM messages WHERE message_id = ?1 AND session_id = ?2)
+                  + (SELECT COUNT(*) FROM turns WHERE reply_id = ?1 AND session_id = ?2)",
+            params![id, session],
+        )?
+        .unwrap_or(0);
+    Ok(n > 0)
+}
+
+/// Whether `id` is a user message (whose children are replies).
+fn is_user_message(conn: &dyn Sql, id: &str) -> Result<bool> {
+    Ok(conn
+        .query_int(
+            "SELECT COUNT(*) FROM messages WHERE message_id = ?1 AND role = 'user'",
+            params![id],
+        )?
+        .unwrap_or(0)
+        > 0)
+}
+
+/// The children of `parent` (`None`: the session's first messages), oldest first.
+pub(super) fn children(conn: &dyn Sql, session: &str, parent: Option<&str>) -> Result<Vec<String>> {
+    match parent {
+        None => conn.query_texts(
+            "SELECT message_id FROM messages WHERE session_id = ?1 AND parent_id IS NULL
+             AND role = 'user' ORDER BY event_seq",
+            params![session],
+        ),
+        Some(id) if is_user_message(conn, id)? => conn.query_texts(
+            "SELECT reply_id FROM turns WHERE user_message_id = ?1 AND reply_id IS NOT NULL
+             ORDER BY queued_seq",
+            params![id],
+        ),
+        Some(id) => conn.query_texts(
+            "SELECT message_id FROM messages WHERE parent_id = ?1 AND role = 'user'
+             ORDER BY event_seq",
+            params![id],
+        ),
+    }
+}
+
+/// The leaf reached from `from` by following the newest child down.
+pub(super) fn newest_leaf(conn: &dyn Sql, session: &str, from: &str) -> Result<String> {
+    let mut at = from.to_string();
+    for _ in 0..MAX_DEPTH {
+        match children(conn, session, Some(&at))?.pop() {
+            Some(child) => at = child,
+            None => break,
+        }
+    }
+    Ok(at)
+}
+
+/// The session's active leaf: the one recorded, or (a session from before branches) the
+/// newest leaf below its last message; `None` for a session without messages.
+pub(super) fn active_leaf(conn: &dyn Sql, session: &str) -> Result<Option<String>> {
+    if let Some(leaf) = conn
+        .query_texts(
+            "SELECT leaf_id FROM leaves WHERE session_id = ?1",
+            params![session],
+        )?
+        .pop()
+    {
+        return Ok(Some(leaf));
+    }
+    match conn
+        .query_texts(
+            "SELECT message_id FROM messages WHERE session_id = ?1 ORDER BY position DESC LIMIT 1",
+            params![session],
+        )?
+        .pop()
+    {
+        Some(last) => Ok(Some(newest_leaf(conn, session, &last)?)),
+        None => Ok(None),
+    }
+}
+
+/// Records `leaf` as the session's active leaf.
+pub(super) fn set_leaf(conn: &dyn Sql, session: &str, leaf: &str) -> Result<()> {
+    conn.execute(
+        "INSERT INTO leaves(session_id, leaf_id) VALUES (?1, ?2)
+         ON CONFLICT(session_id) DO UPDATE SET leaf_id = excluded.leaf_id",
+        params![session, leaf],
+    )?;
+    Ok(())
+}
