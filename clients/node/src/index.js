@@ -1,6 +1,11 @@
-// turnstream-worker: a client of turnstream's worker API (contract v1.1) for Node 18+, with no
+// turnstream-worker: a client of turnstream's worker API (contract v1.2) for Node 18+, with no
 // dependencies beyond the platform's fetch. Claim turns, stream their output through a turn
-// handle (batched, retried with the same seq, lease renewed), and end them.
+// handle (batched, retried with the same seq, lease renewed), ask a person or the browser and
+// wait for the answer (`requestApproval`, `requestClientTool`, `ask`), and end them.
+
+import { Asks, requestEvent } from "./asks.js";
+
+export { ContinuationMismatch, requestEvent } from "./asks.js";
 
 /** A refusal from the server, in its `{"error": {"code", "message"}}` shape. */
 export class WorkerApiError extends Error {
@@ -9,6 +14,19 @@ export class WorkerApiError extends Error {
     this.status = status;
     this.code = code;
     this.body = body;
+  }
+}
+
+/**
+ * An ask that will not be answered in this run of the handler: the turn waits for its answer
+ * and will be continued by whichever worker claims it then (the handler runs again there).
+ * Thrown by an ask when no loop can resume this handler, or when the loop gave up on it.
+ */
+export class TurnSuspended extends Error {
+  constructor(turnId, why) {
+    super(`turn ${turnId} waits for input (${why}); it continues when claimed again`);
+    this.name = "TurnSuspended";
+    this.turnId = turnId;
   }
 }
 
@@ -52,17 +70,22 @@ export class WorkerClient {
     return json;
   }
 
-  /**
-   * Claims up to `maxTurns` turns, waiting up to `waitMs` for one. Resolves to turn handles
-   * (possibly none).
-   */
-  async claim({ waitMs = 30000, maxTurns = 1, signal } = {}) {
+  /** Claims up to `maxTurns` turns, waiting up to `waitMs` for one: the claim's raw turns. */
+  async claimRaw({ waitMs = 30000, maxTurns = 1, signal } = {}) {
     const body = await this.post(
       "/claim",
       { worker_id: this.workerId, wait_ms: waitMs, max_turns: maxTurns },
       signal,
     );
-    return body.turns.map((t) => new TurnHandle(this, t));
+    return body.turns;
+  }
+
+  /**
+   * Claims up to `maxTurns` turns, waiting up to `waitMs` for one. Resolves to turn handles
+   * (possibly none); a turn that waited for input and was answered has `continuation`.
+   */
+  async claim(options) {
+    return (await this.claimRaw(options)).map((t) => new TurnHandle(this, t));
   }
 }
 
@@ -76,6 +99,10 @@ function retryable(err) {
  * One claimed turn. Output methods return at once; output is sent in order, batched every
  * `batchMs`, each batch retried with its seq until the server answers. `signal` fires when the
  * turn is cancelled or its lease is lost: stop working then.
+ *
+ * A turn claimed again after it waited for input carries `continuation` (the raw claim field)
+ * and `answers` (request id -> answer); its handler runs again from the start and replays: see
+ * `request`.
  */
 export class TurnHandle {
   constructor(client, turn) {
@@ -84,18 +111,42 @@ export class TurnHandle {
     this.sessionId = turn.session_id;
     this.userMessage = turn.user_message;
     this.history = turn.history;
-    this.lease = turn.lease.token;
-    this.state = "running";
-    this.seq = 0; // the next seq to send
+    this.continuation = turn.continuation ?? null;
+    this.asks = new Asks(this.continuation);
+    this.open = new Map(); // request id -> {resolve, reject} of asks waiting in this process
+    this.waitWanted = false;
+    this.suspended = false;
+    /** Set by a loop that can resume this handler when its continuation is claimed here. */
+    this.onSuspend = null;
     this.pending = [];
     this.timer = null;
     this.chain = Promise.resolve();
     this.error = null;
     this.abort = new AbortController();
     this.signal = this.abort.signal;
+    this.takeLease(turn);
+  }
+
+  /** Starts working under the lease of a claim (the first one, or a continuation's). */
+  takeLease(turn) {
+    this.lease = turn.lease.token;
+    this.state = "running";
+    this.seq = turn.continuation?.seq ?? 0; // the next seq to send
+    this.suspended = false;
     const ttl = Math.max(1000, turn.lease.expires_at - Date.now());
+    clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = setInterval(() => this.heartbeat().catch(() => {}), ttl / 3);
     this.heartbeatTimer.unref?.();
+  }
+
+  /** Answers given so far, by request id (what `requestApproval` and co. resolve to). */
+  get answers() {
+    return Object.fromEntries([...this.asks.answers].map(([id, a]) => [id, a.answer]));
+  }
+
+  /** True while a handler run on a continuation re-runs what the journal already holds (see `Asks`). */
+  get replaying() {
+    return this.asks.replaying;
   }
 
   thinking(delta) {
@@ -112,7 +163,8 @@ export class TurnHandle {
   }
 
   push(event) {
-    if (this.signal.aborted) return;
+    // Replayed output is in the journal already (the run that asked sent it).
+    if (this.signal.aborted || (event.type !== "input_requested" && this.asks.replayed(event))) return;
     this.pending.push(event);
     if (!this.timer) {
       this.timer = setTimeout(() => {
@@ -122,15 +174,104 @@ export class TurnHandle {
     }
   }
 
-  /** Sends what is pending now; resolves once the server accepted it. */
+  /**
+   * Asks for a tool call's approval: `{ tool: { call_id, name, input }, prompt?, expiresAt?,
+   * requestId? }`. Resolves to `{ approved, reason? }`, or `{ timed_out: true }`.
+   */
+  requestApproval(ask) {
+    return this.request("approval", ask);
+  }
+
+  /**
+   * Asks the browser to run a tool: `{ tool: { call_id, name, input }, prompt?, expiresAt?,
+   * requestId? }`. Resolves to `{ output }` or `{ error }`, or `{ timed_out: true }`.
+   */
+  requestClientTool(ask) {
+    return this.request("client_tool", ask);
+  }
+
+  /** Asks a question: `{ prompt, options?, expiresAt?, requestId? }`. Resolves to `{ text }` or `{ timed_out: true }`. */
+  ask(ask) {
+    return this.request("question", ask);
+  }
+
+  /**
+   * Opens a request of `kind` and resolves to its answer. The request is journaled with the
+   * output before it; the turn then waits, holding no lease, and this promise resolves when
+   * this process claims the turn again (`runWorker` does). Where another process continues the
+   * turn, the handler runs there again from its start: asks the journal holds resolve at once
+   * to their answers (they must be the same asks, else ContinuationMismatch) and output up to
+   * the last of them is not sent again. Ask several at once with `Promise.all`.
+   */
+  request(kind, ask = {}) {
+    let event;
+    let taken;
+    try {
+      if (this.error) throw this.error;
+      event = requestEvent(kind, this.asks.nextId(ask.requestId), ask);
+      taken = this.asks.take(event);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    if (taken.answer) return Promise.resolve(taken.answer.answer);
+    const id = event.request_id;
+    if (!taken.recorded) this.push(event);
+    const answer = new Promise((resolve, reject) => this.open.set(id, { resolve, reject }));
+    // A handler that returns without awaiting an ask must not bring the process down when the
+    // ask is let go; one that awaits still sees the rejection.
+    answer.catch(() => {});
+    this.waitWanted = true;
+    if (!this.timer) this.timer = setTimeout(() => ((this.timer = null), this.flush().catch(() => {})), 0);
+    return answer;
+  }
+
+  /** Sends what is pending now (then `wait` when asks are open); resolves once accepted. */
   flush() {
+    if (this.suspended) return this.chain;
     clearTimeout(this.timer);
     this.timer = null;
     if (this.pending.length > 0) {
       const events = this.pending.splice(0);
       this.chain = this.chain.then(() => this.send("/events", (seq) => ({ seq, events })));
     }
+    if (this.waitWanted) {
+      this.waitWanted = false;
+      this.chain = this.chain.then(() => this.wait());
+    }
     return this.chain;
+  }
+
+  /** Ends the lease; the turn waits for the open asks' answers. */
+  async wait() {
+    if (this.open.size === 0 || this.suspended) return;
+    await this.send("/wait", (seq) => ({ seq }));
+    this.suspended = true;
+    clearInterval(this.heartbeatTimer);
+    if (this.onSuspend) this.onSuspend(this);
+    else this.giveUp("nothing here claims it again");
+  }
+
+  /** Continues under a claim of this turn's continuation: resolves the asks it answers. */
+  resume(turn) {
+    this.takeLease(turn);
+    this.asks.addAnswers(turn.continuation?.answers ?? []);
+    for (const [id, waiter] of this.open) {
+      const given = this.asks.answers.get(id);
+      if (given) {
+        this.open.delete(id);
+        waiter.resolve(given.answer);
+      }
+    }
+    if (this.open.size > 0) this.waitWanted = true;
+    if (this.pending.length > 0 || this.waitWanted) this.flush().catch(() => {});
+  }
+
+  /** Lets go of a suspended turn: its open asks reject with TurnSuspended. */
+  giveUp(why) {
+    this.close();
+    const err = new TurnSuspended(this.turnId, why);
+    for (const waiter of this.open.values()) waiter.reject(err);
+    this.open.clear();
   }
 
   /** Sends a request with the next seq, retrying it (same seq) until answered. */
@@ -166,6 +307,8 @@ export class TurnHandle {
       if (err.code === "lease_lost") this.state = "interrupted";
     }
     this.close();
+    for (const waiter of this.open.values()) waiter.reject(err);
+    this.open.clear();
     if (!this.signal.aborted) this.abort.abort(err);
   }
 
@@ -176,7 +319,7 @@ export class TurnHandle {
 
   /** Renews the lease; fires `signal` when the turn was cancelled meanwhile. */
   async heartbeat() {
-    if (this.signal.aborted || this.state !== "running") return this.state;
+    if (this.signal.aborted || this.suspended || this.state !== "running") return this.state;
     try {
       const ack = await this.client.post(`/turns/${this.turnId}/heartbeat`, { lease: this.lease });
       if (ack.state === "cancelled") this.stop(new WorkerApiError(409, "turn_cancelled", "the turn was cancelled"));
@@ -205,42 +348,96 @@ export class TurnHandle {
 }
 
 /**
- * Claims turns and runs `handler(turn)` for each until `signal` fires, up to `concurrency` at
- * once. A handler that returns completes its turn (unless it already ended it); one that throws
- * fails it with the error's message; a cancelled turn's handler sees `turn.signal` fire.
+ * Claims turns and runs `handler(turn)` for each until `signal` fires, up to `concurrency`
+ * turns holding a lease at once. A handler that returns completes its turn (unless it already
+ * ended it); one that throws fails it with the error's message; a cancelled turn's handler
+ * sees `turn.signal` fire.
+ *
+ * A handler waiting on an ask holds no slot. When this loop claims that turn's continuation,
+ * the handler's ask resolves and it goes on; a continuation claimed here whose handler is not
+ * waiting here (another process asked, or `suspendMs` passed) runs the handler again with
+ * `turn.continuation`. On `signal`, handlers still waiting are let go (their asks reject with
+ * TurnSuspended): the turns continue wherever they are claimed next.
  */
-export async function runWorker(client, handler, { concurrency = 4, waitMs = 30000, signal } = {}) {
-  const running = new Set();
+export async function runWorker(
+  client,
+  handler,
+  { concurrency = 4, waitMs = 30000, suspendMs = 15 * 60 * 1000, signal } = {},
+) {
+  const jobs = new Set();
+  const suspended = new Map(); // turn id -> {turn, timer}
+  let active = 0; // turns holding a lease
+  let wake = null;
+  const changed = () => {
+    wake?.();
+    wake = null;
+  };
+  const release = () => {
+    active -= 1;
+    changed();
+  };
+  const letGo = (turnId, why) => {
+    const entry = suspended.get(turnId);
+    if (!entry) return;
+    suspended.delete(turnId);
+    clearTimeout(entry.timer);
+    entry.turn.giveUp(why);
+  };
+  const onSuspend = (turn) => {
+    const timer = setTimeout(() => letGo(turn.turnId, `no answer within ${suspendMs} ms here`), suspendMs);
+    timer.unref?.();
+    suspended.set(turn.turnId, { turn, timer });
+    release();
+  };
+  const start = (turn) => {
+    active += 1;
+    turn.onSuspend = onSuspend;
+    const job = (async () => {
+      try {
+        await handler(turn);
+        if (turn.state === "running" && !turn.suspended && !turn.signal.aborted) await turn.complete();
+      } catch (err) {
+        if (turn.state === "running" && !turn.suspended && !turn.signal.aborted) {
+          await turn.fail(err?.message ?? String(err)).catch(() => {});
+        }
+      } finally {
+        // A handler that returns while its turn waits: whoever claims it next runs it again.
+        if (turn.suspended) letGo(turn.turnId, "the handler returned");
+        else release();
+        turn.close();
+      }
+    })();
+    jobs.add(job);
+    job.finally(() => jobs.delete(job));
+  };
+
+  signal?.addEventListener("abort", changed);
   while (!signal?.aborted) {
-    const free = concurrency - running.size;
+    const free = concurrency - active;
     if (free <= 0) {
-      await Promise.race(running);
+      await new Promise((resolve) => (wake = resolve));
       continue;
     }
     let turns;
     try {
-      turns = await client.claim({ waitMs, maxTurns: free, signal });
+      turns = await client.claimRaw({ waitMs, maxTurns: free, signal });
     } catch (err) {
       if (signal?.aborted) break;
       await sleep(client.retryMs);
       continue;
     }
-    for (const turn of turns) {
-      const job = (async () => {
-        try {
-          await handler(turn);
-          if (turn.state === "running" && !turn.signal.aborted) await turn.complete();
-        } catch (err) {
-          if (turn.state === "running" && !turn.signal.aborted) {
-            await turn.fail(err?.message ?? String(err)).catch(() => {});
-          }
-        } finally {
-          turn.close();
-        }
-      })();
-      running.add(job);
-      job.finally(() => running.delete(job));
+    for (const raw of turns) {
+      const entry = raw.continuation && suspended.get(raw.turn_id);
+      if (entry) {
+        suspended.delete(raw.turn_id);
+        clearTimeout(entry.timer);
+        active += 1;
+        entry.turn.resume(raw);
+      } else {
+        start(new TurnHandle(client, raw));
+      }
     }
   }
-  await Promise.allSettled(running);
+  for (const turnId of [...suspended.keys()]) letGo(turnId, "the worker stopped");
+  await Promise.allSettled(jobs);
 }

@@ -36,14 +36,23 @@ export async function startServer(extra = []) {
   return {
     url,
     api,
-    async waitTurnEnd(turnId) {
+    /** The turn's info once `done(info)` holds (within 30 s). */
+    async waitTurn(turnId, done, what = "the condition") {
       const deadline = Date.now() + 30000;
       for (;;) {
         const { body } = await api("GET", `/turns/${turnId}`);
-        if (!["queued", "running"].includes(body.state)) return body;
-        if (Date.now() > deadline) throw new Error(`turn ${turnId} did not end`);
+        if (done(body)) return body;
+        if (Date.now() > deadline) throw new Error(`turn ${turnId}: no ${what} in 30 s: ${JSON.stringify(body)}`);
         await new Promise((r) => setTimeout(r, 20));
       }
+    },
+    waitTurnEnd(turnId) {
+      return this.waitTurn(turnId, (t) => !["queued", "running", "waiting"].includes(t.state), "end");
+    },
+    /** The turn's info once it waits with `n` requests open. */
+    waitOpenRequests(turnId, n = 1) {
+      const open = (t) => (t.requests ?? []).filter((r) => r.answer === undefined).length;
+      return this.waitTurn(turnId, (t) => t.state === "waiting" && open(t) === n, `wait with ${n} open requests`);
     },
     stop() {
       child.kill("SIGKILL");

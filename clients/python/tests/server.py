@@ -49,15 +49,35 @@ class Server:
         assert status == 202, (status, body)
         return body["turn_id"]
 
-    def wait_turn_end(self, turn_id, deadline_s=30):
+    def wait_turn(self, turn_id, done, what="the condition", deadline_s=30):
+        """The turn's info once done(info) holds."""
         end = time.monotonic() + deadline_s
         while True:
             _, info = self.api("GET", f"/turns/{turn_id}")
-            if info["state"] not in ("queued", "running"):
+            if done(info):
                 return info
             if time.monotonic() > end:
-                raise AssertionError(f"turn {turn_id} did not end")
+                raise AssertionError(f"turn {turn_id}: no {what} in {deadline_s} s: {info}")
             time.sleep(0.02)
+
+    def wait_turn_end(self, turn_id, deadline_s=30):
+        return self.wait_turn(
+            turn_id, lambda t: t["state"] not in ("queued", "running", "waiting"), "end",
+            deadline_s,
+        )
+
+    def wait_open_requests(self, turn_id, n=1):
+        """The turn's info once it waits with n requests open."""
+        def done(t):
+            open_ = [r for r in t.get("requests", []) if "answer" not in r]
+            return t["state"] == "waiting" and len(open_) == n
+        return self.wait_turn(turn_id, done, f"wait with {n} open requests")
+
+    def give(self, turn_id, body):
+        """Answers a request over HTTP, as a browser does."""
+        status, reply = self.api("POST", f"/turns/{turn_id}/input", body)
+        assert status == 200, (status, reply)
+        return reply
 
     def stop(self):
         self.proc.kill()
