@@ -14,7 +14,9 @@
 //! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`). Agents know
 //!   nothing of storage.
 //! - [`journal`]: storage (history, event journal, turns projection, floors, leased turns) in
-//!   SQLite or PostgreSQL behind one seam (`journal::sql`), the writer thread with group commit,
+//!   SQLite or PostgreSQL behind one seam: each query once against `journal::sql`, and what
+//!   differs per database (opening, transaction control, reads, delivering commits, exclusive
+//!   locks) behind the `journal::engine` traits, one implementation per engine; the writer thread with group commit,
 //!   stream reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed
 //!   to a [`journal::FanOut`].
 //! - [`live`]: the fan-out the server uses: encodes each committed event once and hands it to

@@ -6,9 +6,10 @@
 //! so no client ever sees an id a crash could take back. Readers use pooled connections of their
 //! own, each read inside one transaction so a history page and its cursor agree. On PostgreSQL,
 //! several servers may share the database: each fans out what any of them committed through its
-//! tail ([`postgres::Tail`]).
+//! tail. What differs per database is asked of its [`engine::Engine`].
 
 mod branches;
+mod engine;
 mod fanout;
 mod health;
 mod inputs;
@@ -51,8 +52,9 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::mutex::lock;
+use engine::{Engine, WriteConn};
 use sql::Sql;
-use writer::{Job, Publish, WriteConn, Writer};
+use writer::{Job, Writer};
 
 /// Reads running at once. A reconnect storm queues here instead of opening a connection (and a
 /// blocking thread) per stream.
@@ -125,31 +127,11 @@ pub struct Journal {
     inner: Arc<Inner>,
 }
 
-/// Read connections of either database.
-enum Readers {
-    Sqlite(sqlite::Readers),
-    Postgres(postgres::Readers),
-}
-
-impl Readers {
-    fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
-        match self {
-            Readers::Sqlite(r) => r.read(f),
-            Readers::Postgres(r) => r.read(f),
-        }
-    }
-}
-
 struct Inner {
-    /// The file, or the database URL without its password.
-    location: String,
-    backend: Backend,
-    epoch: String,
+    /// The database: its reads, and what delivers its commits.
+    engine: Box<dyn Engine>,
     writer: Mutex<Option<std_mpsc::Sender<Job>>>,
     writer_thread: Mutex<Option<JoinHandle<()>>>,
-    readers: Readers,
-    /// PostgreSQL: what fans out every server's commits.
-    tail: Option<postgres::Tail>,
     read_permits: Arc<tokio::sync::Semaphore>,
     metrics: Arc<Metrics>,
     /// The last committed event id; only ever grows.
@@ -162,8 +144,8 @@ struct Inner {
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
-            .field("location", &self.inner.location)
-            .field("epoch", &self.inner.epoch)
+            .field("location", &self.inner.engine.location())
+            .field("epoch", &self.inner.engine.epoch())
             .finish()
     }
 }
@@ -172,6 +154,8 @@ impl std::fmt::Debug for Journal {
 /// append events.
 pub(crate) struct WriteCtx<'a> {
     pub conn: &'a dyn Sql,
+    /// The writer's connection, for what a transaction does beside its statements.
+    write_conn: &'a dyn WriteConn,
     epoch: &'a str,
     next_seq: &'a mut i64,
     committed: Vec<Committed>,
@@ -251,6 +235,18 @@ impl WriteCtx<'_> {
     pub fn cursor(&self, seq: i64) -> String {
         Cursor::new(self.epoch, seq).to_string()
     }
+
+    /// Takes the exclusive lock `key` for the rest of the transaction, unless another server
+    /// sharing the database holds it (false then); see [`WriteConn::try_lock`].
+    pub(crate) fn try_lock(&self, key: i64) -> Result<bool> {
+        self.write_conn.try_lock(key)
+    }
+
+    /// Tells the other servers sharing the database, at commit, that `session_id`'s floor rose
+    /// to `floor`; see [`WriteConn::announce_floor`].
+    pub(crate) fn announce_floor(&self, session_id: &str, floor: i64) -> Result<()> {
+        self.write_conn.announce_floor(session_id, floor)
+    }
 }
 
 impl Journal {
@@ -267,27 +263,8 @@ impl Journal {
         options: JournalOptions,
         fanout: Arc<dyn FanOut>,
     ) -> Result<Journal> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir)?;
-            }
-        }
-        let mut conn = rusqlite::Connection::open(path)?;
-        schema::configure_with(&conn, options.busy_timeout)?;
-        let epoch = schema::migrate(&mut conn)?;
-        let head = Arc::new(AtomicI64::new(Sql::head(&conn)?));
-        Self::start(
-            Backend::Sqlite,
-            path.display().to_string(),
-            epoch,
-            head,
-            fanout,
-            Box::new(conn),
-            Readers::Sqlite(sqlite::Readers::new(path, options.busy_timeout)),
-            None,
-            metrics,
-            &options,
-        )
+        let engine = sqlite::Sqlite::open(path, options.busy_timeout)?;
+        Self::start(Box::new(engine), &options, metrics, fanout)
     }
 
     /// Opens the journal in `db`: a SQLite file, or a PostgreSQL database (connecting, creating
@@ -298,85 +275,32 @@ impl Journal {
         options: JournalOptions,
         fanout: Arc<dyn FanOut>,
     ) -> Result<Journal> {
-        let url = match db {
-            Database::Sqlite(path) => return Self::open_with(path, metrics, options, fanout),
-            Database::Postgres(url) => url,
+        let engine: Box<dyn Engine> = match db {
+            Database::Sqlite(path) => Box::new(sqlite::Sqlite::open(path, options.busy_timeout)?),
+            Database::Postgres(url) => {
+                Box::new(postgres::Postgres::open(url, options.listen_url.as_deref()).await?)
+            }
         };
-        let target = postgres::target(url)?;
-        let listen = match &options.listen_url {
-            Some(listen_url) => postgres::Listen {
-                target: postgres::target(listen_url).map_err(|e| match e {
-                    Error::Config(m) => {
-                        Error::Config(m.replacen("database URL", "database listen URL", 1))
-                    }
-                    other => other,
-                })?,
-                location: redact(listen_url),
-                own_url: true,
-            },
-            None => postgres::Listen {
-                target: target.clone(),
-                location: redact(url),
-                own_url: false,
-            },
-        };
-        let pool = postgres::pool(&target)?;
-        let epoch = postgres::migrate(&pool).await?;
-        let rt = tokio::runtime::Handle::current();
-        // Moved by the tail as it delivers; the writer only wakes it.
-        let head = Arc::new(AtomicI64::new(postgres::stored_head(&pool).await?));
-        let statements = postgres::Statements::for_pool(&pool).await?;
-        let tail = postgres::Tail::start(
-            pool.clone(),
-            listen,
-            epoch.clone(),
-            fanout.clone(),
-            head.clone(),
-            metrics.clone(),
-        );
-        let location = redact(url);
-        Self::start(
-            Backend::Postgres,
-            location,
-            epoch,
-            head,
-            fanout,
-            Box::new(postgres::Writer::new(
-                pool.clone(),
-                statements.clone(),
-                rt.clone(),
-            )),
-            Readers::Postgres(postgres::Readers::new(pool, statements, rt)),
-            Some(tail),
-            metrics,
-            &options,
-        )
+        Self::start(engine, &options, metrics, fanout)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Starts the writer thread on `engine`'s database; committed events go to `fanout`.
     fn start(
-        backend: Backend,
-        location: String,
-        epoch: String,
-        head: Arc<AtomicI64>,
-        fanout: Arc<dyn FanOut>,
-        conn: Box<dyn WriteConn>,
-        readers: Readers,
-        tail: Option<postgres::Tail>,
-        metrics: Arc<Metrics>,
+        engine: Box<dyn Engine>,
         options: &JournalOptions,
+        metrics: Arc<Metrics>,
+        fanout: Arc<dyn FanOut>,
     ) -> Result<Journal> {
         let health = Arc::new(WriteHealth::new(metrics.clone()));
         let (tx, rx) = std_mpsc::channel::<Job>();
-        let publish = match &tail {
-            Some(t) => Publish::Tail(t.wake.clone()),
-            None => Publish::Direct,
-        };
+        let head = Arc::new(AtomicI64::new(engine.head()));
+        let conn = engine.write_conn()?;
+        let publish = engine.deliver(fanout.clone(), head.clone(), metrics.clone());
         let writer = Writer {
             conn,
             publish,
-            epoch: epoch.clone(),
-            fanout: fanout.clone(),
+            epoch: engine.epoch().to_string(),
+            fanout,
             metrics: metrics.clone(),
             head: head.clone(),
             health: health.clone(),
@@ -388,13 +312,9 @@ impl Journal {
             .spawn(move || writer.run(rx))?;
         Ok(Journal {
             inner: Arc::new(Inner {
-                location,
-                backend,
-                epoch,
+                engine,
                 writer: Mutex::new(Some(tx)),
                 writer_thread: Mutex::new(Some(thread)),
-                readers,
-                tail,
                 read_permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_READS)),
                 metrics,
                 head,
@@ -407,16 +327,16 @@ impl Journal {
 
     /// Which database holds the journal.
     pub fn backend(&self) -> Backend {
-        self.inner.backend
+        self.inner.engine.backend()
     }
 
     /// Whether other servers may write to the same journal (PostgreSQL).
     pub fn is_shared(&self) -> bool {
-        self.inner.backend == Backend::Postgres
+        self.inner.engine.is_shared()
     }
 
     pub fn epoch(&self) -> &str {
-        &self.inner.epoch
+        self.inner.engine.epoch()
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -496,7 +416,16 @@ impl Journal {
             .map_err(|_| Error::Closed)?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            inner.readers.read(|conn| f(conn, &inner.epoch))
+            let engine = &inner.engine;
+            let mut f = Some(f);
+            let mut answer = None;
+            engine.read(&mut |conn| {
+                if let Some(f) = f.take() {
+                    answer = Some(f(conn, engine.epoch())?);
+                }
+                Ok(())
+            })?;
+            answer.ok_or(Error::Closed)
         })
         .await
         .map_err(|_| Error::Closed)?
@@ -508,9 +437,7 @@ impl Journal {
         if let Some(t) = lock(&self.inner.writer_thread).take() {
             let _ = t.join();
         }
-        if let Some(tail) = &self.inner.tail {
-            tail.stop();
-        }
+        self.inner.engine.close();
     }
 }
 

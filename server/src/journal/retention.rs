@@ -2,12 +2,12 @@
 //! and raising each session's replay floor, so an older cursor is told to resync instead of
 //! being served a silent gap. An active turn's events are never deleted.
 
-use super::sql::{params, Backend};
+use super::sql::params;
 use super::{Journal, WriteCtx};
 use crate::error::Result;
 
-/// PostgreSQL: the advisory lock a server holds while it cleans up, so servers sharing the
-/// database take turns (any fixed number).
+/// The exclusive lock a server holds while it cleans up, so servers sharing the database take
+/// turns (any fixed number).
 const CLEANUP_LOCK: i64 = 0x7475_726e_636c_6e75;
 
 /// Raises a session's floor to `floor`. The fan-out is told first, inside the transaction (the
@@ -15,13 +15,8 @@ const CLEANUP_LOCK: i64 = 0x7475_726e_636c_6e75;
 /// answered from memory.
 pub(super) fn raise_floor(ctx: &WriteCtx<'_>, session_id: &str, floor: i64) -> Result<()> {
     ctx.fanout.floor_raised(session_id, floor);
-    if ctx.conn.backend() == Backend::Postgres {
-        // Other servers' replay tails, told at commit (see the journal tail).
-        ctx.conn.execute(
-            "SELECT pg_notify('turnstream_floors', ?1)",
-            params![&super::postgres::floor_notice(session_id, floor)],
-        )?;
-    }
+    // Other servers' replay tails, told at commit.
+    ctx.announce_floor(session_id, floor)?;
     ctx.conn.execute(
         "INSERT INTO floors(session_id, floor_seq) VALUES (?1, ?2)
          ON CONFLICT(session_id) DO UPDATE SET floor_seq = CASE
@@ -37,15 +32,7 @@ impl Journal {
     /// any turn older than that), raising each session's floor. Returns the events deleted.
     pub async fn cleanup(&self, cutoff_ms: i64) -> Result<u64> {
         self.write(move |ctx| {
-            if ctx.conn.backend() == Backend::Postgres
-                && ctx
-                    .conn
-                    .query_row(
-                        "SELECT pg_try_advisory_xact_lock(?1)",
-                        params![CLEANUP_LOCK],
-                    )?
-                    .is_some_and(|r| r.int(0).ok() == Some(0))
-            {
+            if !ctx.try_lock(CLEANUP_LOCK)? {
                 // Another server is cleaning up.
                 return Ok(0);
             }

@@ -5,8 +5,10 @@
 //! worker leases, retention) is written once, against [`Sql`], in the SQL both databases speak:
 //! `?N` parameters (PostgreSQL's connection rewrites them to `$N`), integers as 64-bit,
 //! `CAST(? AS BIGINT)` where an operator alone would leave a parameter's type open. So both
-//! backends answer the same contract by construction; what differs (how the head is stored, how
-//! the schema version is read) is asked of the [`Sql`] itself.
+//! backends answer the same contract by construction; what differs per statement (how the head
+//! is stored, how the schema version is read) is asked of the [`Sql`] itself, and what differs
+//! beyond statements (transaction control, delivering commits, exclusive locks) of the database's
+//! [`super::engine::Engine`].
 
 use crate::error::{Error, Result};
 
@@ -137,9 +139,6 @@ pub(crate) trait Sql {
 
     /// Runs a statement and returns how many rows it changed.
     fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64>;
-
-    /// Runs statements without parameters (transaction control, savepoints).
-    fn batch(&self, sql: &str) -> Result<()>;
 
     /// Runs an events query (columns `id, session_id, turn_id, ts, kind, data`), handing each
     /// row to `each` without copying it.

@@ -1,11 +1,111 @@
-//! The SQLite side of the storage seam: [`Sql`] over a `rusqlite` connection (or a transaction
-//! on one), with prepared statements cached per connection.
+//! The SQLite engine: one file, opened (created if missing) and migrated; [`Sql`] over a
+//! `rusqlite` connection (or a transaction on one), with prepared statements cached per
+//! connection; the writer's connection; read-only connections for reads. This server is the
+//! file's only writer: commits go straight to the fan-out, and no lock or notice is needed
+//! beside the write transaction.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{Connection, ToSql};
 
+use super::engine::{Direct, Engine, Publish, WriteConn};
+use super::fanout::FanOut;
+use super::schema;
 use super::sql::{Backend, EventRow, Param, Row, Sql, Val};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::mutex::lock;
+
+/// A SQLite journal, opened.
+pub(super) struct Sqlite {
+    path: PathBuf,
+    epoch: String,
+    head: i64,
+    busy_timeout: Duration,
+    /// The connection that opened and migrated the file, until the writer takes it.
+    writer: Mutex<Option<Connection>>,
+    readers: Readers,
+}
+
+impl Sqlite {
+    /// Opens (creating it and its folder if needed) and migrates the file at `path`.
+    pub(super) fn open(path: &Path, busy_timeout: Duration) -> Result<Sqlite> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        let mut conn = Connection::open(path)?;
+        schema::configure_with(&conn, busy_timeout)?;
+        let epoch = schema::migrate(&mut conn)?;
+        let head = Sql::head(&conn)?;
+        Ok(Sqlite {
+            path: path.to_path_buf(),
+            epoch,
+            head,
+            busy_timeout,
+            writer: Mutex::new(Some(conn)),
+            readers: Readers::new(path, busy_timeout),
+        })
+    }
+}
+
+impl Engine for Sqlite {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    fn head(&self) -> i64 {
+        self.head
+    }
+
+    fn write_conn(&self) -> Result<Box<dyn WriteConn>> {
+        let conn = match lock(&self.writer).take() {
+            Some(conn) => conn,
+            None => {
+                let conn = Connection::open(&self.path)?;
+                schema::configure_with(&conn, self.busy_timeout)?;
+                conn
+            }
+        };
+        Ok(Box::new(conn))
+    }
+
+    fn read(&self, f: &mut dyn FnMut(&dyn Sql) -> Result<()>) -> Result<()> {
+        self.readers.read(f)
+    }
+
+    fn deliver(
+        &self,
+        fanout: Arc<dyn FanOut>,
+        head: Arc<AtomicI64>,
+        _metrics: Arc<Metrics>,
+    ) -> Box<dyn Publish> {
+        Box::new(Direct {
+            epoch: self.epoch.clone(),
+            fanout,
+            head,
+        })
+    }
+
+    fn close(&self) {}
+}
 
 impl ToSql for Param<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
@@ -60,10 +160,6 @@ impl Sql for Connection {
             .execute(rusqlite::params_from_iter(params.iter()))? as u64)
     }
 
-    fn batch(&self, sql: &str) -> Result<()> {
-        Ok(self.execute_batch(sql)?)
-    }
-
     fn for_each_event(
         &self,
         sql: &str,
@@ -105,7 +201,7 @@ impl Sql for Connection {
     }
 }
 
-impl super::writer::WriteConn for Connection {
+impl WriteConn for Connection {
     fn begin(&mut self) -> Result<Option<i64>> {
         self.rollback();
         // IMMEDIATE: take the write lock now, not at the first write halfway through a batch.
@@ -115,6 +211,26 @@ impl super::writer::WriteConn for Connection {
 
     fn sql(&self) -> &dyn Sql {
         self
+    }
+
+    fn savepoint(&self) -> Result<()> {
+        Ok(self.execute_batch("SAVEPOINT job")?)
+    }
+
+    fn release_savepoint(&self) -> Result<()> {
+        Ok(self.execute_batch("RELEASE job")?)
+    }
+
+    fn rollback_to_savepoint(&self) -> Result<()> {
+        Ok(self.execute_batch("ROLLBACK TO job; RELEASE job")?)
+    }
+
+    fn try_lock(&self, _key: i64) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn announce_floor(&self, _session_id: &str, _floor: i64) -> Result<()> {
+        Ok(())
     }
 
     fn in_transaction(&self) -> bool {
@@ -141,14 +257,14 @@ impl super::writer::WriteConn for Connection {
     }
 
     fn free_bytes(&self) -> Option<u64> {
-        free_bytes(std::path::Path::new(self.path().filter(|p| !p.is_empty())?))
+        free_bytes(Path::new(self.path().filter(|p| !p.is_empty())?))
     }
 
-    fn stored_head(&mut self) -> Result<i64> {
-        Sql::head(self)
+    fn stored_head(&mut self) -> Option<i64> {
+        Sql::head(self).ok()
     }
 
-    fn set_busy_timeout(&mut self, wait: std::time::Duration) -> Result<()> {
+    fn set_busy_timeout(&mut self, wait: Duration) -> Result<()> {
         Ok(self.busy_timeout(wait)?)
     }
 
@@ -172,27 +288,27 @@ fn free_bytes(_path: &std::path::Path) -> Option<u64> {
 }
 
 /// Read connections of a SQLite journal: opened read-only on demand, a few kept idle.
-pub(super) struct Readers {
-    path: std::path::PathBuf,
-    busy_timeout: std::time::Duration,
-    idle: std::sync::Mutex<Vec<Connection>>,
+struct Readers {
+    path: PathBuf,
+    busy_timeout: Duration,
+    idle: Mutex<Vec<Connection>>,
 }
 
 /// Idle read connections kept open.
 const MAX_IDLE_READERS: usize = 16;
 
 impl Readers {
-    pub(super) fn new(path: &std::path::Path, busy_timeout: std::time::Duration) -> Readers {
+    fn new(path: &Path, busy_timeout: Duration) -> Readers {
         Readers {
             path: path.to_path_buf(),
             busy_timeout,
-            idle: std::sync::Mutex::new(Vec::new()),
+            idle: Mutex::new(Vec::new()),
         }
     }
 
     /// Runs `f` inside one read transaction on a pooled connection.
-    pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
-        let conn = match crate::mutex::lock(&self.idle).pop() {
+    fn read(&self, f: &mut dyn FnMut(&dyn Sql) -> Result<()>) -> Result<()> {
+        let conn = match lock(&self.idle).pop() {
             Some(c) => c,
             None => {
                 let conn = Connection::open_with_flags(
@@ -200,7 +316,7 @@ impl Readers {
                     rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
                         | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
-                super::schema::configure_with(&conn, self.busy_timeout)?;
+                schema::configure_with(&conn, self.busy_timeout)?;
                 conn
             }
         };
@@ -210,7 +326,7 @@ impl Readers {
             drop(tx);
             r
         })();
-        let mut pool = crate::mutex::lock(&self.idle);
+        let mut pool = lock(&self.idle);
         if pool.len() < MAX_IDLE_READERS {
             pool.push(conn);
         }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use turnstream_protocol::limits::MAX_EVENT_PAYLOAD_BYTES;
 
+use super::engine::{Publish, WriteConn};
 use super::health::WriteHealth;
 use super::sql::{Param, Sql};
 use super::WriteCtx;
@@ -114,48 +115,6 @@ impl Lost {
     }
 }
 
-/// The writer's connection, as each database provides it.
-pub(super) trait WriteConn: Send {
-    /// Begins a write transaction, ending one a failed rollback left open. A database shared
-    /// by several servers answers the head as of this transaction, taken under a lock every
-    /// writer takes first, so ids are handed out (and committed) in order across servers.
-    fn begin(&mut self) -> Result<Option<i64>>;
-
-    /// The connection inside the transaction [`WriteConn::begin`] opened.
-    fn sql(&self) -> &dyn Sql;
-
-    /// Whether a transaction is still open (the database may roll one back by itself after an
-    /// I/O error or a full disk).
-    fn in_transaction(&self) -> bool;
-
-    /// Commits; `head` is the last id the transaction used.
-    fn commit(&mut self, head: i64) -> Result<()>;
-
-    /// Rolls back whatever is left of the transaction.
-    fn rollback(&mut self);
-
-    /// A one-row write in a transaction of its own: after a probe succeeded, it puts the probe's
-    /// row back to its small size.
-    fn probe(&mut self) -> Result<()>;
-
-    /// Bytes free on the file system that holds the database, when this process can tell (a
-    /// database file on a Unix file system); `None` for a database elsewhere.
-    fn free_bytes(&self) -> Option<u64> {
-        None
-    }
-
-    /// The stored head (after a commit reported as failed).
-    fn stored_head(&mut self) -> Result<i64>;
-
-    /// Bounds the wait for a lock another connection holds.
-    fn set_busy_timeout(&mut self, wait: Duration) -> Result<()>;
-
-    /// Whether a failed statement left the transaction unusable (PostgreSQL aborts a
-    /// transaction at its first failed statement, until it rolls back to a savepoint): a job
-    /// without a savepoint of its own that failed that way loses its batch.
-    fn spoiled(&self) -> bool;
-}
-
 /// The write [`WriteConn::probe`] makes, the same on every database.
 pub(super) fn write_probe(conn: &dyn Sql) -> Result<()> {
     write_probe_value(conn, &crate::clock::system_ms().to_string())
@@ -177,17 +136,10 @@ fn write_probe_value(conn: &dyn Sql, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// What the writer does with a committed batch's events.
-pub(super) enum Publish {
-    /// Hand them to the fan-out and move the head (this server is the only writer).
-    Direct,
-    /// Wake the journal tail, which reads them back in order with every other server's.
-    Tail(Arc<tokio::sync::Notify>),
-}
-
 pub(super) struct Writer {
     pub conn: Box<dyn WriteConn>,
-    pub publish: Publish,
+    /// What the batch's events are handed to after the commit.
+    pub publish: Box<dyn Publish>,
     pub epoch: String,
     pub fanout: Arc<dyn FanOut>,
     pub metrics: Arc<Metrics>,
@@ -328,7 +280,7 @@ impl Writer {
             let saved = *next_seq;
             let savepoint = job.savepoint;
             if savepoint {
-                if let Err(e) = self.conn.sql().batch("SAVEPOINT job") {
+                if let Err(e) = self.conn.savepoint() {
                     lost = Some(Lost::of("cannot open a savepoint", &e));
                     let (_, completion) = (job.run)(None);
                     completions.push((job.enqueued, completion));
@@ -337,6 +289,7 @@ impl Writer {
             }
             let mut ctx = WriteCtx {
                 conn: self.conn.sql(),
+                write_conn: &*self.conn,
                 epoch: &self.epoch,
                 next_seq: &mut *next_seq,
                 committed: Vec::new(),
@@ -367,9 +320,9 @@ impl Writer {
             }
             if savepoint {
                 let end = if keep {
-                    self.conn.sql().batch("RELEASE job")
+                    self.conn.release_savepoint()
                 } else {
-                    self.conn.sql().batch("ROLLBACK TO job; RELEASE job")
+                    self.conn.rollback_to_savepoint()
                 };
                 if let Err(e) = end {
                     // The job's changes can be neither kept apart nor undone: lose the batch.
@@ -400,13 +353,7 @@ impl Writer {
                 self.metrics
                     .events_appended
                     .fetch_add(committed.len() as u64, Ordering::Relaxed);
-                match &self.publish {
-                    Publish::Direct => {
-                        self.head.store(*next_seq - 1, Ordering::Release);
-                        self.fanout.committed(&self.epoch, committed);
-                    }
-                    Publish::Tail(wake) => wake.notify_one(),
-                }
+                self.publish.committed(*next_seq - 1, committed);
                 for (enqueued, completion) in completions {
                     self.metrics
                         .append_latency
@@ -422,13 +369,7 @@ impl Writer {
                 // next ids must not collide with its events.
                 *next_seq = batch_start_seq;
                 self.conn.rollback();
-                // (A shared database's writer reads the head anew at each begin, and its tail
-                // delivers whatever was kept.)
-                let stored = match self.publish {
-                    Publish::Direct => self.conn.stored_head().ok(),
-                    Publish::Tail(_) => None,
-                };
-                if let Some(stored) = stored {
+                if let Some(stored) = self.conn.stored_head() {
                     if stored >= batch_start_seq {
                         tracing::error!(
                             stored,
@@ -490,15 +431,21 @@ mod tests {
         )?;
         let metrics = Arc::new(Metrics::default());
         let hub = crate::hub::Hub::with_metrics(metrics.clone());
+        let fanout: Arc<dyn FanOut> = crate::live::LiveFeed::new(hub.clone());
+        let head = Arc::new(AtomicI64::new(0));
         Ok((
             hub.clone(),
             Writer {
                 conn: Box::new(conn),
-                publish: Publish::Direct,
+                publish: Box::new(crate::journal::engine::Direct {
+                    epoch: epoch.clone(),
+                    fanout: fanout.clone(),
+                    head: head.clone(),
+                }),
                 epoch,
-                fanout: crate::live::LiveFeed::new(hub.clone()),
+                fanout,
                 metrics: metrics.clone(),
-                head: Arc::new(AtomicI64::new(0)),
+                head,
                 health: Arc::new(WriteHealth::new(metrics)),
                 busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
                 clock: crate::clock::Clock::system(),
@@ -583,7 +530,7 @@ mod tests {
         // What SQLite does by itself after some I/O errors or a full disk: the whole transaction
         // is gone, and the statements that follow would run outside it.
         let (rolled_back, mut rr) = Job::new(false, |ctx| -> Result<()> {
-            ctx.conn.batch("ROLLBACK")?;
+            ctx.conn.execute("ROLLBACK", &[])?;
             Err(Error::storage(StorageFault::Full, "disk full"))
         });
         let (c, mut rc) = append(true);
@@ -615,6 +562,21 @@ mod tests {
         fn sql(&self) -> &dyn Sql {
             &self.conn
         }
+        fn savepoint(&self) -> Result<()> {
+            self.conn.savepoint()
+        }
+        fn release_savepoint(&self) -> Result<()> {
+            self.conn.release_savepoint()
+        }
+        fn rollback_to_savepoint(&self) -> Result<()> {
+            self.conn.rollback_to_savepoint()
+        }
+        fn try_lock(&self, key: i64) -> Result<bool> {
+            self.conn.try_lock(key)
+        }
+        fn announce_floor(&self, session_id: &str, floor: i64) -> Result<()> {
+            self.conn.announce_floor(session_id, floor)
+        }
         fn in_transaction(&self) -> bool {
             WriteConn::in_transaction(&self.conn)
         }
@@ -627,7 +589,7 @@ mod tests {
         fn probe(&mut self) -> Result<()> {
             self.conn.probe()
         }
-        fn stored_head(&mut self) -> Result<i64> {
+        fn stored_head(&mut self) -> Option<i64> {
             self.conn.stored_head()
         }
         fn set_busy_timeout(&mut self, wait: Duration) -> Result<()> {

@@ -1,6 +1,6 @@
-//! The PostgreSQL side of the storage seam: [`Sql`] over a pooled `tokio-postgres` connection,
-//! the writer's connection, read transactions, the schema, and the tail that fans out what any
-//! server committed.
+//! The PostgreSQL engine ([`Postgres`]): [`Sql`] over a pooled `tokio-postgres` connection with
+//! its transaction control, the writer's connection ([`write_conn`]), the schema, and the tail
+//! that fans out what any server committed.
 //!
 //! Several servers may share one database. Every write transaction begins by locking the one
 //! row of `counter` (the head), and commits it raised with its events, so ids are handed out
@@ -18,17 +18,16 @@
 //! left on the server connection), see [`Statements`].
 
 mod connect;
+mod engine;
 mod schema;
 mod session;
 mod tail;
+mod write_conn;
 
 pub(in crate::journal) use connect::{target, Target};
 
-pub(super) use schema::migrate;
+pub(super) use engine::Postgres;
 pub use schema::SCHEMA_VERSION;
-pub(super) use tail::{Listen, Tail};
-
-use std::time::Duration;
 
 use bytes::BytesMut;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -140,6 +139,14 @@ pub(super) struct PgClient {
     pending: std::cell::RefCell<Pending>,
 }
 
+/// What a transaction-control statement does with the events held back.
+enum Held {
+    /// Sends them first: they are part of what the statement keeps or undoes.
+    Send,
+    /// Drops them: the statement ends the transaction they were in.
+    Drop,
+}
+
 /// Journal events held back, column by column (they are sent as arrays).
 #[derive(Default)]
 struct Pending {
@@ -207,6 +214,52 @@ impl PgClient {
 
     fn is_closed(&self) -> bool {
         self.client.is_closed()
+    }
+
+    /// Runs one transaction-control statement (`sql`, fixed text), first sending the events held
+    /// back, or dropping them with the transaction they were in (`held`). `recovers`: once it
+    /// ran, the transaction accepts statements again (see `failed`).
+    fn control(&self, sql: &str, held: Held, recovers: bool) -> Result<()> {
+        match held {
+            Held::Send => self.flush()?,
+            Held::Drop => *self.pending.borrow_mut() = Pending::default(),
+        }
+        let r = self.track(self.rt.block_on(self.client.batch_execute(sql)));
+        if r.is_ok() && recovers {
+            self.failed.set(false);
+        }
+        r
+    }
+
+    /// Begins a transaction: `how` is [`BEGIN`] or [`BEGIN_READ`].
+    pub(super) fn begin(&self, how: &str) -> Result<()> {
+        self.control(how, Held::Send, true)
+    }
+
+    pub(super) fn commit(&self) -> Result<()> {
+        self.control("COMMIT", Held::Send, false)
+    }
+
+    pub(super) fn rollback(&self) -> Result<()> {
+        self.control("ROLLBACK", Held::Drop, true)
+    }
+
+    /// Opens the savepoint of a write job (one at a time).
+    pub(super) fn savepoint(&self) -> Result<()> {
+        self.control("SAVEPOINT job", Held::Send, false)
+    }
+
+    pub(super) fn release_savepoint(&self) -> Result<()> {
+        self.control("RELEASE job", Held::Send, false)
+    }
+
+    pub(super) fn rollback_to_savepoint(&self) -> Result<()> {
+        self.control("ROLLBACK TO job; RELEASE job", Held::Send, true)
+    }
+
+    /// A wake-up for every server's tail, delivered at commit; never the data itself.
+    pub(super) fn notify_events(&self) -> Result<()> {
+        self.control("NOTIFY turnstream_events", Held::Send, false)
     }
 
     fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
@@ -332,20 +385,6 @@ impl Sql for PgClient {
             let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
             self.client.execute(&stmt, &args).await
         }))
-    }
-
-    fn batch(&self, sql: &str) -> Result<()> {
-        if sql.starts_with("ROLLBACK") && !sql.starts_with("ROLLBACK TO") {
-            // Whatever was held back goes with the transaction.
-            *self.pending.borrow_mut() = Pending::default();
-        } else {
-            self.flush()?;
-        }
-        let r = self.track(self.rt.block_on(self.client.batch_execute(sql)));
-        if r.is_ok() && (sql.starts_with("BEGIN") || sql.starts_with("ROLLBACK")) {
-            self.failed.set(false);
-        }
-        r
     }
 
     fn insert_event(&self, e: &EventRow<'_>) -> Result<()> {
@@ -480,196 +519,6 @@ pub(super) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     message
-}
-
-/// The head as stored, read at start.
-pub(super) async fn stored_head(pool: &Pool) -> Result<i64> {
-    let client = pool.get().await.map_err(pool_error)?;
-    let row = client
-        .query_typed_one("SELECT head FROM turnstream.counter", &[])
-        .await?;
-    Ok(row.try_get::<_, i64>(0)?)
-}
-
-/// Read transactions on pooled connections.
-pub(super) struct Readers {
-    pool: Pool,
-    statements: std::sync::Arc<Statements>,
-    rt: Handle,
-}
-
-impl Readers {
-    pub(super) fn new(pool: Pool, statements: std::sync::Arc<Statements>, rt: Handle) -> Readers {
-        Readers {
-            pool,
-            statements,
-            rt,
-        }
-    }
-
-    /// Runs `f` inside one read-only transaction that sees one snapshot (see [`BEGIN_READ`]).
-    pub(super) fn read<R>(&self, f: impl FnOnce(&dyn Sql) -> Result<R>) -> Result<R> {
-        let client = PgClient::get(&self.pool, &self.statements, &self.rt)?;
-        client.batch(BEGIN_READ)?;
-        let result = f(&client);
-        let end = client.batch("COMMIT");
-        let r = result?;
-        end?;
-        Ok(r)
-    }
-}
-
-/// The writer thread's connection: one from the pool, replaced when it breaks.
-pub(super) struct Writer {
-    pool: Pool,
-    statements: std::sync::Arc<Statements>,
-    rt: Handle,
-    client: Option<PgClient>,
-    open: bool,
-    /// The head as the open transaction found it.
-    begun_at: i64,
-}
-
-impl Writer {
-    pub(super) fn new(pool: Pool, statements: std::sync::Arc<Statements>, rt: Handle) -> Writer {
-        Writer {
-            pool,
-            statements,
-            rt,
-            client: None,
-            open: false,
-            begun_at: 0,
-        }
-    }
-
-    fn client(&mut self) -> Result<&PgClient> {
-        if self.client.as_ref().is_none_or(PgClient::is_closed) {
-            self.client = None;
-            self.client = Some(PgClient::get(&self.pool, &self.statements, &self.rt)?);
-        }
-        self.client
-            .as_ref()
-            .ok_or_else(|| Error::Corrupt("no database connection".into()))
-    }
-}
-
-/// What the writer's `sql()` answers with no connection: every statement fails as unavailable.
-struct Disconnected;
-
-impl Disconnected {
-    fn error() -> Error {
-        Error::storage(
-            crate::error::StorageFault::Unavailable,
-            "no database connection",
-        )
-    }
-}
-
-impl Sql for Disconnected {
-    fn query(&self, _: &str, _: &[Param<'_>]) -> Result<Vec<Row>> {
-        Err(Self::error())
-    }
-    fn execute(&self, _: &str, _: &[Param<'_>]) -> Result<u64> {
-        Err(Self::error())
-    }
-    fn batch(&self, _: &str) -> Result<()> {
-        Err(Self::error())
-    }
-    fn for_each_event(
-        &self,
-        _: &str,
-        _: &[Param<'_>],
-        _: &mut dyn FnMut(EventRow<'_>) -> Result<()>,
-    ) -> Result<()> {
-        Err(Self::error())
-    }
-    fn head(&self) -> Result<i64> {
-        Err(Self::error())
-    }
-    fn schema_version(&self) -> Result<i64> {
-        Err(Self::error())
-    }
-    fn backend(&self) -> Backend {
-        Backend::Postgres
-    }
-}
-
-impl super::writer::WriteConn for Writer {
-    fn begin(&mut self) -> Result<Option<i64>> {
-        self.rollback();
-        let client = self.client()?;
-        client.batch(BEGIN)?;
-        self.open = true;
-        // Every writer of every server takes this lock first: transactions that append commit
-        // one after another, in the order of their ids.
-        let head = self
-            .sql()
-            .query_int("SELECT head FROM counter FOR UPDATE", &[])?;
-        let head = head.ok_or_else(|| Error::Corrupt("the counter row is missing".into()))?;
-        self.begun_at = head;
-        Ok(Some(head))
-    }
-
-    fn sql(&self) -> &dyn Sql {
-        match &self.client {
-            Some(c) => c,
-            None => &Disconnected,
-        }
-    }
-
-    fn in_transaction(&self) -> bool {
-        self.open && self.client.as_ref().is_some_and(|c| !c.is_closed())
-    }
-
-    fn commit(&mut self, head: i64) -> Result<()> {
-        if head != self.begun_at {
-            let sql = self.sql();
-            sql.execute("UPDATE counter SET head = ?1", &[Param::Int(head)])?;
-            // A wake-up for every server's tail, delivered at commit; never the data itself.
-            sql.batch("NOTIFY turnstream_events")?;
-        }
-        let r = self.sql().batch("COMMIT");
-        self.open = false;
-        r
-    }
-
-    fn rollback(&mut self) {
-        if !self.open {
-            return;
-        }
-        self.open = false;
-        if let Err(e) = self.sql().batch("ROLLBACK") {
-            tracing::debug!(error = %e, "journal: rollback failed; dropping the connection");
-            self.client = None;
-        }
-    }
-
-    fn probe(&mut self) -> Result<()> {
-        self.rollback();
-        let client = self.client()?;
-        client.batch(BEGIN)?;
-        match super::writer::write_probe(client) {
-            Ok(()) => client.batch("COMMIT"),
-            Err(e) => {
-                if client.batch("ROLLBACK").is_err() {
-                    self.client = None;
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn stored_head(&mut self) -> Result<i64> {
-        self.client()?.head()
-    }
-
-    fn set_busy_timeout(&mut self, _wait: Duration) -> Result<()> {
-        Ok(())
-    }
-
-    fn spoiled(&self) -> bool {
-        self.client.as_ref().is_some_and(|c| c.failed.get())
-    }
 }
 
 #[cfg(test)]

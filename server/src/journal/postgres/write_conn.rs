@@ -1,0 +1,197 @@
+//! The writer thread's connection to PostgreSQL: one from the pool, replaced when it breaks.
+//! Every write transaction takes the lock of the one row of `counter` first, and commits it
+//! raised with its events (waking every server's tail); retention's exclusive lock is an
+//! advisory lock held for the transaction, and its floor notices go out at commit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::runtime::Handle;
+
+use super::{floor_notice, PgClient, Statements, BEGIN};
+use crate::error::{Error, Result, StorageFault};
+use crate::journal::engine::WriteConn;
+use crate::journal::sql::{params, Backend, EventRow, Param, Row, Sql};
+
+pub(super) struct Writer {
+    pool: Pool,
+    statements: Arc<Statements>,
+    rt: Handle,
+    client: Option<PgClient>,
+    open: bool,
+    /// The head as the open transaction found it.
+    begun_at: i64,
+}
+
+impl Writer {
+    pub(super) fn new(pool: Pool, statements: Arc<Statements>, rt: Handle) -> Writer {
+        Writer {
+            pool,
+            statements,
+            rt,
+            client: None,
+            open: false,
+            begun_at: 0,
+        }
+    }
+
+    /// The connection, connecting anew if there is none or it broke.
+    fn client(&mut self) -> Result<&PgClient> {
+        if self.client.as_ref().is_none_or(PgClient::is_closed) {
+            self.client = None;
+            self.client = Some(PgClient::get(&self.pool, &self.statements, &self.rt)?);
+        }
+        self.client
+            .as_ref()
+            .ok_or_else(|| Error::Corrupt("no database connection".into()))
+    }
+
+    /// The connection as it is, for a statement of the open transaction.
+    fn connected(&self) -> Result<&PgClient> {
+        self.client.as_ref().ok_or_else(Disconnected::error)
+    }
+}
+
+/// What the writer's `sql()` answers with no connection: every statement fails as unavailable.
+struct Disconnected;
+
+impl Disconnected {
+    fn error() -> Error {
+        Error::storage(StorageFault::Unavailable, "no database connection")
+    }
+}
+
+impl Sql for Disconnected {
+    fn query(&self, _: &str, _: &[Param<'_>]) -> Result<Vec<Row>> {
+        Err(Self::error())
+    }
+    fn execute(&self, _: &str, _: &[Param<'_>]) -> Result<u64> {
+        Err(Self::error())
+    }
+    fn for_each_event(
+        &self,
+        _: &str,
+        _: &[Param<'_>],
+        _: &mut dyn FnMut(EventRow<'_>) -> Result<()>,
+    ) -> Result<()> {
+        Err(Self::error())
+    }
+    fn head(&self) -> Result<i64> {
+        Err(Self::error())
+    }
+    fn schema_version(&self) -> Result<i64> {
+        Err(Self::error())
+    }
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+}
+
+impl WriteConn for Writer {
+    fn begin(&mut self) -> Result<Option<i64>> {
+        self.rollback();
+        let client = self.client()?;
+        client.begin(BEGIN)?;
+        self.open = true;
+        // Every writer of every server takes this lock first: transactions that append commit
+        // one after another, in the order of their ids.
+        let head = self
+            .sql()
+            .query_int("SELECT head FROM counter FOR UPDATE", &[])?;
+        let head = head.ok_or_else(|| Error::Corrupt("the counter row is missing".into()))?;
+        self.begun_at = head;
+        Ok(Some(head))
+    }
+
+    fn sql(&self) -> &dyn Sql {
+        match &self.client {
+            Some(c) => c,
+            None => &Disconnected,
+        }
+    }
+
+    fn savepoint(&self) -> Result<()> {
+        self.connected()?.savepoint()
+    }
+
+    fn release_savepoint(&self) -> Result<()> {
+        self.connected()?.release_savepoint()
+    }
+
+    fn rollback_to_savepoint(&self) -> Result<()> {
+        self.connected()?.rollback_to_savepoint()
+    }
+
+    fn in_transaction(&self) -> bool {
+        self.open && self.client.as_ref().is_some_and(|c| !c.is_closed())
+    }
+
+    fn commit(&mut self, head: i64) -> Result<()> {
+        if head != self.begun_at {
+            self.sql()
+                .execute("UPDATE counter SET head = ?1", &[Param::Int(head)])?;
+            self.connected()?.notify_events()?;
+        }
+        let r = self.connected().and_then(PgClient::commit);
+        self.open = false;
+        r
+    }
+
+    fn rollback(&mut self) {
+        if !self.open {
+            return;
+        }
+        self.open = false;
+        let r = self.connected().and_then(PgClient::rollback);
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "journal: rollback failed; dropping the connection");
+            self.client = None;
+        }
+    }
+
+    fn try_lock(&self, key: i64) -> Result<bool> {
+        let held_elsewhere = self
+            .sql()
+            .query_row("SELECT pg_try_advisory_xact_lock(?1)", params![key])?
+            .is_some_and(|r| r.int(0).ok() == Some(0));
+        Ok(!held_elsewhere)
+    }
+
+    fn announce_floor(&self, session_id: &str, floor: i64) -> Result<()> {
+        // Heard by other servers' tails (see the tail).
+        self.sql().execute(
+            "SELECT pg_notify('turnstream_floors', ?1)",
+            params![&floor_notice(session_id, floor)],
+        )?;
+        Ok(())
+    }
+
+    fn probe(&mut self) -> Result<()> {
+        self.rollback();
+        let client = self.client()?;
+        client.begin(BEGIN)?;
+        match crate::journal::writer::write_probe(client) {
+            Ok(()) => client.commit(),
+            Err(e) => {
+                if client.rollback().is_err() {
+                    self.client = None;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn stored_head(&mut self) -> Option<i64> {
+        // Every begin reads the head anew, and the tail delivers whatever was kept.
+        None
+    }
+
+    fn set_busy_timeout(&mut self, _wait: Duration) -> Result<()> {
+        Ok(())
+    }
+
+    fn spoiled(&self) -> bool {
+        self.client.as_ref().is_some_and(|c| c.failed.get())
+    }
+}
