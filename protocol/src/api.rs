@@ -106,8 +106,8 @@ pub struct Message {
     /// before v1.2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
-    /// In history (v1.2): this message's place among its parent's children, oldest first.
-    /// Omitted in events.
+    /// In history (v1.2): this message's place among its parent's children, oldest first, when
+    /// it has other versions (omitted when it is the only one, and in events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub siblings: Option<Siblings>,
 }
