@@ -150,8 +150,6 @@ fn in_order(
     )
 }
 
-
-
 impl Journal {
     /// A page of the session's history along a branch, oldest first, and the journal position of
     /// exactly this snapshot: the active branch, or (`leaf`) the branch through that message
