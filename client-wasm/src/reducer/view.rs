@@ -2,7 +2,9 @@
 //! (camelCase, closed string unions).
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::{Attachment, MessageStatus, ToolCall, ToolStatus};
+use turnstream_protocol::{
+    Attachment, MessageStatus, RawJson, RequestKind, ToolCall, ToolRequest, ToolStatus,
+};
 
 use super::entry::{AssistantEntry, EntryError, UserEntry, UserStatus};
 
@@ -56,8 +58,8 @@ impl Role {
     }
 }
 
-/// `sending|sent|rejected` for user entries, `queued|streaming|complete|cancelled|failed|interrupted`
-/// for assistant entries.
+/// `sending|sent|rejected` for user entries,
+/// `queued|streaming|waiting|complete|cancelled|failed|interrupted` for assistant entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryStatus {
@@ -66,6 +68,8 @@ pub enum EntryStatus {
     Rejected,
     Queued,
     Streaming,
+    /// The agent asked something no one has answered yet (contract v1.2).
+    Waiting,
     Complete,
     Cancelled,
     Failed,
@@ -80,6 +84,7 @@ impl EntryStatus {
             EntryStatus::Rejected => "rejected",
             EntryStatus::Queued => "queued",
             EntryStatus::Streaming => "streaming",
+            EntryStatus::Waiting => "waiting",
             EntryStatus::Complete => "complete",
             EntryStatus::Cancelled => "cancelled",
             EntryStatus::Failed => "failed",
@@ -109,6 +114,23 @@ impl From<&ToolCall> for ToolView {
             output_preview: t.output_preview.clone(),
         }
     }
+}
+
+/// A request of the agent (contract v1.2) and its answer, as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestView {
+    pub request_id: String,
+    pub kind: RequestKind,
+    pub tool: Option<ToolRequest>,
+    pub prompt: Option<String>,
+    pub options: Option<Vec<String>>,
+    pub expires_at: Option<i64>,
+    /// The journal's answer; else the one given in this browser, shown before the server has it.
+    pub answer: Option<RawJson>,
+    /// Who gave the journal's answer (`None` without auth, for a timeout, and until the journal
+    /// has it).
+    pub answered_by: Option<String>,
 }
 
 /// A file a user message refers to, as shown.
@@ -157,6 +179,8 @@ pub struct EntryView {
     pub author: Option<String>,
     /// The files a user message refers to (contract v1.2); empty for replies.
     pub attachments: Vec<AttachmentView>,
+    /// What the agent asked in this turn and the answers (contract v1.2); empty for user messages.
+    pub requests: Vec<RequestView>,
 }
 
 /// Everything a UI renders for one session.
@@ -212,6 +236,7 @@ pub(crate) fn user_view(u: &UserEntry) -> EntryView {
         created_at: Some(u.created_at),
         author: u.author.clone(),
         attachments: u.attachments.iter().map(AttachmentView::from).collect(),
+        requests: Vec::new(),
     }
 }
 
@@ -235,7 +260,9 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
             }),
         ),
         None => (
-            if a.progress.running {
+            if a.is_waiting() {
+                EntryStatus::Waiting
+            } else if a.progress.running {
                 EntryStatus::Streaming
             } else {
                 EntryStatus::Queued
@@ -260,6 +287,24 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
         created_at: None,
         author: None,
         attachments: Vec::new(),
+        requests: a
+            .progress
+            .requests
+            .iter()
+            .map(|r| RequestView {
+                request_id: r.request_id.clone(),
+                kind: r.kind,
+                tool: r.tool.clone(),
+                prompt: r.prompt.clone(),
+                options: r.options.clone(),
+                expires_at: r.expires_at,
+                answer: r
+                    .answer
+                    .clone()
+                    .or_else(|| a.local_answer(&r.request_id).map(|l| l.answer.clone())),
+                answered_by: r.answered_by.clone(),
+            })
+            .collect(),
     }
 }
 

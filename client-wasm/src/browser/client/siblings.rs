@@ -18,9 +18,17 @@ impl Client {
                     return;
                 }
                 me.update(|c| msg.apply(c));
-                if matches!(msg, TabMessage::Optimistic { .. }) {
+                match &msg {
                     // If the sibling dies before posting it, someone must: the lock decides who.
-                    me.kick_outbox();
+                    TabMessage::Optimistic { .. } | TabMessage::Answer { .. } => me.kick_outbox(),
+                    // The server refused an answer this tab may have given: say why.
+                    TabMessage::AnswerPosted {
+                        turn_id,
+                        request_id,
+                        error: Some(e),
+                        ..
+                    } => me.settle(turn_id, request_id, Some(e)),
+                    _ => {}
                 }
             }
         });
