@@ -1,4 +1,4 @@
-import type { CancelResult, ChatClient, ChatState, ConnectOptions, InitInput, LoadOlderResult, RequestAnswer, RespondResult, SendOptions, SendResult } from "./turnstream.js";
+import type { CancelResult, ChatClient, ChatState, ConnectOptions, InitInput, LoadOlderResult, RequestAnswer, SendOptions, SendResult } from "./turnstream.js";
 
 export interface UseTurnstreamOptions extends ConnectOptions {
   /** Passed to the package's `init` on the first connect when its wasm is not next to its JS. */
@@ -12,7 +12,7 @@ export interface UseTurnstreamResult {
   /** `ChatClient.send`; waits for the client when it is still connecting. */
   send(content: string, options?: SendOptions): Promise<SendResult>;
   /** `ChatClient.respond`: answers a request of the agent (`state.messages[].requests[]`). */
-  respond(requestId: string, answer: RequestAnswer | string): Promise<RespondResult>;
+  respond(requestId: string, answer: RequestAnswer | string): Promise<void>;
   /** `ChatClient.cancel`; without a turn id, the session's oldest queued, running or waiting turn
    *  (resolves `null` when there is none). */
   cancel(turnId?: string): Promise<CancelResult | null>;

@@ -227,10 +227,16 @@ fn input_request<V: Value>(v: &V, kind: RequestKind) -> Option<InputRequest> {
 /// A request with its answer, as snapshots and turn statuses list them.
 pub fn turn_request<V: Value>(v: &V) -> Option<TurnRequest> {
     let r = input_request(v, variant(v, "kind", RequestKind::parse)?)?;
-    let mut t = TurnRequest::open(&r);
-    t.answer = v.get("answer").map(|a| RawJson::trusted(a.json()));
-    t.answered_by = opt_string(v, "answered_by")?;
-    Some(t)
+    Some(TurnRequest {
+        request_id: r.request_id,
+        kind: r.kind,
+        tool: r.tool,
+        prompt: r.prompt,
+        options: r.options,
+        expires_at: r.expires_at,
+        answer: v.get("answer").map(|a| RawJson::trusted(a.json())),
+        answered_by: opt_string(v, "answered_by")?,
+    })
 }
 
 /// An `input_given` event's body, and the winner a `409 input_already_given` names.
@@ -470,12 +476,6 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
             turn_id: string(v, "turn_id")?,
             request_id: string(v, "request_id")?,
             answer: RawJson::trusted(v.get("answer")?.json()),
-        },
-        "answer_posted" => TabMessage::AnswerPosted {
-            session_id,
-            turn_id: string(v, "turn_id")?,
-            request_id: string(v, "request_id")?,
-            error: opt(v, "error", error_detail)?,
         },
         _ => return None,
     })
@@ -932,20 +932,6 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
                 .str("request_id", request_id);
             o.key("answer").push_str(answer.as_str());
         }
-        TabMessage::AnswerPosted {
-            session_id,
-            turn_id,
-            request_id,
-            error,
-        } => {
-            o.str("type", "answer_posted")
-                .str("session_id", session_id)
-                .str("turn_id", turn_id)
-                .str("request_id", request_id);
-            if let Some(e) = error {
-                write_error(o.key("error"), &e.code, &e.message);
-            }
-        }
     }
     o.end();
     out
@@ -1042,13 +1028,9 @@ pub fn post_request_json(
 pub fn input_request_json(request_id: &str, answer: &RawJson) -> String {
     let mut out = String::new();
     Obj::new(&mut out).str("request_id", request_id);
-    let fields = answer.as_str().trim_start_matches('{');
-    if fields.trim_start().starts_with('}') {
-        out.push('}');
-    } else {
-        out.push(',');
-        out.push_str(fields);
-    }
+    // `{"request_id":"r"}` and the answer's `"key":value,...}` after a comma.
+    out.push(',');
+    out.push_str(answer.as_str().get(1..).unwrap_or("}"));
     out
 }
 

@@ -45,20 +45,13 @@ pub enum TabMessage {
         info: Option<Box<TurnInfo>>,
     },
     /// A tab answered one of the agent's requests (contract v1.2): shown at once everywhere,
-    /// posted by whichever tab drains the outbox.
+    /// posted by whichever tab drains the outbox. (The server's verdict reaches every tab
+    /// through the stream; a second post of the same answer is answered 200.)
     Answer {
         session_id: String,
         turn_id: String,
         request_id: String,
         answer: RawJson,
-    },
-    /// The server took that answer (`error: null`) or refused it for good.
-    AnswerPosted {
-        session_id: String,
-        turn_id: String,
-        request_id: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<ErrorDetail>,
     },
 }
 
@@ -69,8 +62,7 @@ impl TabMessage {
             | TabMessage::Posted { session_id, .. }
             | TabMessage::Rejected { session_id, .. }
             | TabMessage::Recovered { session_id, .. }
-            | TabMessage::Answer { session_id, .. }
-            | TabMessage::AnswerPosted { session_id, .. } => session_id,
+            | TabMessage::Answer { session_id, .. } => session_id,
         }
     }
 
@@ -109,15 +101,6 @@ impl TabMessage {
                 answer,
                 ..
             } => conv.answer_local(turn_id, request_id, answer, false),
-            TabMessage::AnswerPosted {
-                turn_id,
-                request_id,
-                error,
-                ..
-            } => match error {
-                None => conv.answer_posted(turn_id, request_id),
-                Some(_) => conv.drop_answer(turn_id, request_id),
-            },
         }
     }
 }

@@ -79,13 +79,13 @@ export interface InputRequest {
   readonly answeredBy: string | null;
 }
 
-/** How `respond` settles: resolved once the server has the answer; rejected with an Error
- *  whose `code` says why not: "input_already_given" (another tab or device answered first:
- *  `answer` and `answeredBy` name it, and the request shows it), "turn_ended",
- *  "request_not_found", "invalid_input". */
-export interface RespondResult {
-  readonly turnId: string;
-  readonly requestId: string;
+/** Why `respond` rejected: its `code` is "input_already_given" (another tab or device
+ *  answered first: `answer` and `answeredBy` name that answer, and the request shows it),
+ *  "turn_ended", "request_not_found" or "invalid_input". */
+export interface RespondError extends Error {
+  readonly code: string;
+  readonly answer?: RequestAnswer;
+  readonly answeredBy?: string | null;
 }
 
 export interface EntryError {
@@ -391,9 +391,9 @@ impl ChatClient {
 
     /// Answers a request of the agent (`state.messages[].requests`): shown at once in every
     /// tab, posted now or when the server is reachable again (it survives a reload). Resolves
-    /// once the server has it; rejects with an Error whose `code` says why not
+    /// once the server has it; rejects with a `RespondError` whose `code` says why not
     /// (`input_already_given`: another tab or device answered first, and its answer shows).
-    #[wasm_bindgen(unchecked_return_type = "Promise<RespondResult>")]
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
     pub fn respond(
         &self,
         #[wasm_bindgen(js_name = "requestId")] request_id: String,
@@ -414,17 +414,7 @@ impl ChatClient {
             None => Promise::reject(
                 &coded_error(
                     "invalid_input",
-                    match kind {
-                        RequestKind::Approval => {
-                            "turnstream: an approval is answered with { approved: boolean, reason?: string }"
-                        }
-                        RequestKind::ClientTool => {
-                            "turnstream: a client tool is answered with { output } or { error: string }"
-                        }
-                        RequestKind::Question => {
-                            "turnstream: a question is answered with { text: string }"
-                        }
-                    },
+                    "turnstream: an approval is answered with { approved, reason? }, a client tool with { output } or { error }, a question with { text }",
                 )
                 .into(),
             ),

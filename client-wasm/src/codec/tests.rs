@@ -367,21 +367,6 @@ fn written_bodies_are_what_serde_writes() {
             request_id: "r1".into(),
             answer: sim::answer(1, 1, true),
         },
-        TabMessage::AnswerPosted {
-            session_id: "s1".into(),
-            turn_id: "t1".into(),
-            request_id: "r1".into(),
-            error: None,
-        },
-        TabMessage::AnswerPosted {
-            session_id: "s1".into(),
-            turn_id: "t1".into(),
-            request_id: "r1".into(),
-            error: Some(ErrorDetail {
-                code: "input_already_given".into(),
-                message: "no".into(),
-            }),
-        },
     ];
     for t in &tabs {
         same(t, tab_message, Some(tab_message_json));

@@ -628,6 +628,19 @@ impl Conversation {
         Some((r.answer.clone()?, r.answered_by.clone()))
     }
 
+    /// The answer a request already has: the journal's, else one given in this browser (by
+    /// this tab or a sibling).
+    pub fn given_answer(
+        &self,
+        turn_id: &str,
+        request_id: &str,
+    ) -> Option<(RawJson, Option<String>)> {
+        self.journal_answer(turn_id, request_id).or_else(|| {
+            let l = self.turns.get(turn_id)?.local_answer(request_id)?;
+            Some((l.answer.clone(), None))
+        })
+    }
+
     /// The turn a request shown belongs to, and its kind. Request ids are unique within a turn
     /// only: an open request wins over an answered one, a later turn over an earlier one.
     pub fn find_request(&self, request_id: &str) -> Option<(String, RequestKind)> {

@@ -1,6 +1,6 @@
 //! Answers to the agent's requests (contract v1.2): `respond` shows the answer at once, stores
 //! it, tells the sibling tabs, and leaves the posting to the outbox; the server's verdict
-//! settles the promise `respond` returned, in this tab or (relayed) in the one that answered.
+//! settles the promise `respond` returned.
 
 use std::rc::Rc;
 
@@ -46,6 +46,19 @@ impl Client {
         request_id: String,
         answer: RawJson,
     ) -> Promise {
+        // Answered already (the journal says so, or a tab of this browser answered first): the
+        // same answer waits for that one's verdict; another is refused at once.
+        let given = self.conv.borrow().given_answer(&turn_id, &request_id);
+        let answered = given.is_some();
+        if let Some((first, by)) = given.filter(|(a, _)| a.as_str() != answer.as_str()) {
+            let err = coded_error(
+                "input_already_given",
+                "turnstream: the request was answered first",
+            );
+            set(&err, "answer", &parsed(&first));
+            set(&err, "answeredBy", &super::opt_str(&by));
+            return Promise::reject(&err);
+        }
         let promise = Promise::new(&mut |resolve, reject| {
             self.waiters.borrow_mut().push(Waiter {
                 turn_id: turn_id.clone(),
@@ -54,6 +67,10 @@ impl Client {
                 reject,
             });
         });
+        if answered {
+            self.settle_waiters();
+            return promise;
+        }
         self.update(|c| c.answer_local(&turn_id, &request_id, &answer, false));
         self.broadcast(&TabMessage::Answer {
             session_id: self.endpoint.session_id.clone(),
@@ -79,7 +96,7 @@ impl Client {
         {
             Ok(_) => {
                 self.update(|c| c.answer_posted(&a.turn_id, &a.request_id));
-                self.answer_settled(&a, None);
+                self.settle(&a.turn_id, &a.request_id, None);
                 None
             }
             Err(HttpError::Status {
@@ -98,23 +115,12 @@ impl Client {
                         }
                     }
                     self.update(|c| c.drop_answer(&a.turn_id, &a.request_id));
-                    self.answer_settled(&a, Some(error));
+                    self.settle(&a.turn_id, &a.request_id, Some(&error));
                     None
                 }
             },
             Err(HttpError::Network(_)) | Err(HttpError::Decode) => Some(None),
         }
-    }
-
-    /// The server's verdict on an answer: told to the sibling tabs and to `respond`'s promise.
-    fn answer_settled(self: &Rc<Self>, a: &OutgoingAnswer, error: Option<ErrorDetail>) {
-        self.settle(&a.turn_id, &a.request_id, error.as_ref());
-        self.broadcast(&TabMessage::AnswerPosted {
-            session_id: self.endpoint.session_id.clone(),
-            turn_id: a.turn_id.clone(),
-            request_id: a.request_id.clone(),
-            error,
-        });
     }
 
     /// Settles the promises waiting on one answer: resolved, or rejected with `error`.
@@ -129,12 +135,7 @@ impl Client {
         });
         for (resolve, reject) in settled {
             let _ = match error {
-                None => {
-                    let out = Object::new();
-                    set(&out, "turnId", &turn_id.into());
-                    set(&out, "requestId", &request_id.into());
-                    resolve.call1(&JsValue::NULL, &out)
-                }
+                None => resolve.call0(&JsValue::NULL),
                 Some(e) => {
                     let err = coded_error(&e.code, &e.message);
                     let recorded = self.conv.borrow().journal_answer(turn_id, request_id);

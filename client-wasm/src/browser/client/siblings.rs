@@ -18,17 +18,12 @@ impl Client {
                     return;
                 }
                 me.update(|c| msg.apply(c));
-                match &msg {
+                if matches!(
+                    msg,
+                    TabMessage::Optimistic { .. } | TabMessage::Answer { .. }
+                ) {
                     // If the sibling dies before posting it, someone must: the lock decides who.
-                    TabMessage::Optimistic { .. } | TabMessage::Answer { .. } => me.kick_outbox(),
-                    // The server refused an answer this tab may have given: say why.
-                    TabMessage::AnswerPosted {
-                        turn_id,
-                        request_id,
-                        error: Some(e),
-                        ..
-                    } => me.settle(turn_id, request_id, Some(e)),
-                    _ => {}
+                    me.kick_outbox();
                 }
             }
         });
