@@ -27,9 +27,7 @@ use turnstream_protocol::{
 use entry::{AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus};
 use keyed::{Keyed, Keys};
 use view::{assistant_view, user_view, Place};
-pub use view::{
-    AttachmentView, Connection, EntryStatus, EntryView, RequestView, Role, ToolView, View,
-};
+pub use view::{AttachmentView, Connection, EntryStatus, EntryView, Role, ToolView, View};
 
 /// A message still to post, as the outbox hands it out.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,9 +2,7 @@
 //! (camelCase, closed string unions).
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::{
-    Attachment, MessageStatus, RawJson, RequestKind, ToolCall, ToolRequest, ToolStatus,
-};
+use turnstream_protocol::{Attachment, MessageStatus, ToolCall, ToolStatus, TurnRequest};
 
 use super::entry::{AssistantEntry, EntryError, UserEntry, UserStatus};
 
@@ -116,23 +114,6 @@ impl From<&ToolCall> for ToolView {
     }
 }
 
-/// A request of the agent (contract v1.2) and its answer, as shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RequestView {
-    pub request_id: String,
-    pub kind: RequestKind,
-    pub tool: Option<ToolRequest>,
-    pub prompt: Option<String>,
-    pub options: Option<Vec<String>>,
-    pub expires_at: Option<i64>,
-    /// The journal's answer; else the one given in this browser, shown before the server has it.
-    pub answer: Option<RawJson>,
-    /// Who gave the journal's answer (`None` without auth, for a timeout, and until the journal
-    /// has it).
-    pub answered_by: Option<String>,
-}
-
 /// A file a user message refers to, as shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -179,8 +160,10 @@ pub struct EntryView {
     pub author: Option<String>,
     /// The files a user message refers to (contract v1.2); empty for replies.
     pub attachments: Vec<AttachmentView>,
-    /// What the agent asked in this turn and the answers (contract v1.2); empty for user messages.
-    pub requests: Vec<RequestView>,
+    /// What the agent asked in this turn and the answers (contract v1.2); empty for user
+    /// messages. `answer` is the journal's, else the one given in this browser (shown before
+    /// the server has it); `answered_by` is the journal's.
+    pub requests: Vec<TurnRequest>,
 }
 
 /// Everything a UI renders for one session.
@@ -272,6 +255,12 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
             None,
         ),
     };
+    let mut requests = a.progress.requests.clone();
+    for r in &mut requests {
+        if r.answer.is_none() {
+            r.answer = a.local_answer(&r.request_id).map(|l| l.answer.clone());
+        }
+    }
     EntryView {
         key: assistant_key(&a.turn_id),
         role: Role::Assistant,
@@ -287,24 +276,7 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
         created_at: None,
         author: None,
         attachments: Vec::new(),
-        requests: a
-            .progress
-            .requests
-            .iter()
-            .map(|r| RequestView {
-                request_id: r.request_id.clone(),
-                kind: r.kind,
-                tool: r.tool.clone(),
-                prompt: r.prompt.clone(),
-                options: r.options.clone(),
-                expires_at: r.expires_at,
-                answer: r
-                    .answer
-                    .clone()
-                    .or_else(|| a.local_answer(&r.request_id).map(|l| l.answer.clone())),
-                answered_by: r.answered_by.clone(),
-            })
-            .collect(),
+        requests,
     }
 }
 

@@ -49,16 +49,6 @@ impl Client {
         // Answered already (the journal says so, or a tab of this browser answered first): the
         // same answer waits for that one's verdict; another is refused at once.
         let given = self.conv.borrow().given_answer(&turn_id, &request_id);
-        let answered = given.is_some();
-        if let Some((first, by)) = given.filter(|(a, _)| a.as_str() != answer.as_str()) {
-            let err = coded_error(
-                "input_already_given",
-                "turnstream: the request was answered first",
-            );
-            set(&err, "answer", &parsed(&first));
-            set(&err, "answeredBy", &super::opt_str(&by));
-            return Promise::reject(&err);
-        }
         let promise = Promise::new(&mut |resolve, reject| {
             self.waiters.borrow_mut().push(Waiter {
                 turn_id: turn_id.clone(),
@@ -67,8 +57,19 @@ impl Client {
                 reject,
             });
         });
-        if answered {
-            self.settle_waiters();
+        if let Some((first, _)) = given {
+            if first.as_str() == answer.as_str() {
+                self.settle_waiters();
+            } else {
+                self.settle(
+                    &turn_id,
+                    &request_id,
+                    Some(&ErrorDetail {
+                        code: "input_already_given".to_owned(),
+                        message: "the request was answered first".to_owned(),
+                    }),
+                );
+            }
             return promise;
         }
         self.update(|c| c.answer_local(&turn_id, &request_id, &answer, false));
@@ -138,7 +139,7 @@ impl Client {
                 None => resolve.call0(&JsValue::NULL),
                 Some(e) => {
                     let err = coded_error(&e.code, &e.message);
-                    let recorded = self.conv.borrow().journal_answer(turn_id, request_id);
+                    let recorded = self.conv.borrow().given_answer(turn_id, request_id);
                     if let Some((answer, by)) = recorded.filter(|_| e.code == "input_already_given")
                     {
                         set(&err, "answer", &parsed(&answer));
