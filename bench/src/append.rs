@@ -192,7 +192,14 @@ pub async fn in_process(
         let msg = format!("{per_session} {} {pace_us}", i as u64 * per_session);
         async move {
             journal
-                .accept_message(name, &msg, Vec::new(), None, None, 64)
+                .accept_message(
+                    name,
+                    &msg,
+                    Vec::new(),
+                    None,
+                    None,
+                    turnstream_server::journal::Admission::enqueue(64),
+                )
                 .await
         }
     });

@@ -254,6 +254,15 @@ pub struct Config {
         value_parser = clap::value_parser!(u64).range(1..=3600)
     )]
     pub worker_lease_secs: u64,
+    /// Seconds an agent's request for input (v1.2) waits for an answer when it names no
+    /// `expires_at`; then the server answers `{"timed_out": true}` and the turn continues.
+    #[arg(
+        long,
+        env = "TURNSTREAM_INPUT_TIMEOUT_SECS",
+        default_value_t = 86_400,
+        value_parser = clap::value_parser!(u64).range(1..=31_536_000)
+    )]
+    pub input_timeout_secs: u64,
     /// Log lines as `text` (coloured only on a terminal) or `json` (one object per line);
     /// `RUST_LOG` sets what is logged.
     #[arg(

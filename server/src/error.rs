@@ -32,6 +32,10 @@ pub enum Error {
     ClientMessageConflict(String),
     #[error("session has {0} active turns, the most allowed; wait for one to end")]
     TooManyActiveTurns(usize),
+    #[error("invalid request for input: {0}")]
+    InvalidRequest(String),
+    #[error("a turn of the session is queued, running or waiting")]
+    SessionBusy,
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("resync required: {}", .0.as_str())]

@@ -107,6 +107,7 @@ pub async fn run_configured(
         journal::JournalOptions {
             busy_timeout: config.busy_timeout(),
             listen_url: config.database_listen_url.clone(),
+            input_timeout: Duration::from_secs(config.input_timeout_secs),
             ..Default::default()
         },
         live::LiveFeed::new(hub.clone()),

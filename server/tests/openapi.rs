@@ -141,14 +141,25 @@ async fn the_served_description_matches_the_protocol_doc() -> TestResult {
         .collect();
     let expected: BTreeSet<&str> = ["Event", "Snapshot", "ResyncRequired", "TokenExpired"].into();
     assert_eq!(frames, expected);
-    // ...and the event's kinds are exactly the protocol's, in its order.
+    // ...and the event's kinds are exactly the protocol's.
     let kinds: Vec<&str> = schemas["EventBody"]["oneOf"]
         .as_array()
         .ok_or("EventBody is not a oneOf")?
         .iter()
         .map(|v| kind_of(v).ok_or_else(|| format!("a variant without kind: {v}")))
         .collect::<Result<_, _>>()?;
-    assert_eq!(kinds, EVENT_KINDS);
+    // An `input_requested` event's data says the request's kind (v1.2).
+    let expected: Vec<&str> = EVENT_KINDS
+        .iter()
+        .flat_map(|k| match *k {
+            "input_requested" => vec!["approval", "client_tool", "question"],
+            k => vec![k],
+        })
+        .collect();
+    let (mut kinds, mut expected) = (kinds, expected);
+    kinds.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(kinds, expected);
     // v1.1 fields are described.
     assert!(schemas["Message"]["properties"].get("author").is_some());
     assert!(schemas["TurnInfo"]["properties"].get("usage").is_some());
@@ -180,8 +191,11 @@ async fn the_served_description_matches_the_protocol_doc() -> TestResult {
                 let schema = &response["content"]["application/json"]["schema"]["$ref"];
                 // The worker API's 409 adds `acked_seq` beside `error` (for `seq_gap`).
                 let may_gap = status == "409" && path.starts_with("/api/worker/");
+                // An answer's 409 adds the answer that was first (`input_already_given`, v1.2).
+                let may_conflict = status == "409" && path.ends_with("/input");
                 let ok = *schema == "#/components/schemas/ErrorBody"
-                    || (may_gap && *schema == "#/components/schemas/SeqGapBody");
+                    || (may_gap && *schema == "#/components/schemas/SeqGapBody")
+                    || (may_conflict && *schema == "#/components/schemas/InputConflictBody");
                 assert!(ok, "{method} {path} {status}: {schema}");
             }
             assert!(responses.contains_key("401"), "{method} {path}: no 401");
@@ -191,5 +205,11 @@ async fn the_served_description_matches_the_protocol_doc() -> TestResult {
     let gap = &doc["components"]["schemas"]["SeqGapBody"]["properties"];
     assert_eq!(gap["error"]["$ref"], "#/components/schemas/ErrorDetail");
     assert!(gap.get("acked_seq").is_some(), "{gap}");
+    let conflict = &doc["components"]["schemas"]["InputConflictBody"]["properties"];
+    assert_eq!(
+        conflict["error"]["$ref"],
+        "#/components/schemas/ErrorDetail"
+    );
+    assert!(conflict.get("answer").is_some(), "{conflict}");
     Ok(())
 }

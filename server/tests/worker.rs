@@ -704,3 +704,78 @@ async fn refusals_and_bad_input() -> TestResult {
     assert_eq!((st, code(&body)), (404, "not_found"));
     Ok(())
 }
+
+/// Contract v1.2: a worker asks for approval and waits (its lease ends); the worker goes away;
+/// once answered, another worker claims the turn with a continuation (the answer, the events so
+/// far, the next `seq`) and ends it.
+#[tokio::test]
+async fn a_worker_waits_for_input_and_another_continues_the_turn() -> TestResult {
+    let s = worker_server(&[])?;
+    let sent = s.send("wi", "deploy?").await?;
+    let (turn, lease) = claim_one(&s, "w-asks").await?;
+    assert_eq!(turn, sent.turn_id);
+    let asked = json!({"lease": lease, "seq": 0, "events": [
+        {"type": "response", "delta": "Checking. "},
+        {"type": "input_requested", "request_id": "ok_deploy", "kind": "approval",
+         "tool": {"call_id": "c1", "name": "deploy", "input": {"env": "prod"}}}
+    ]});
+    let (status, body) = call(&s, &format!("/turns/{turn}/events"), asked).await?;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = call(
+        &s,
+        &format!("/turns/{turn}/wait"),
+        json!({"lease": lease, "seq": 1}),
+    )
+    .await?;
+    assert_eq!((status, &body["state"]), (200, &json!("waiting")), "{body}");
+    // The lease is over: the first worker can write no more.
+    let late = json!({"lease": lease, "seq": 2, "events": [{"type": "response", "delta": "x"}]});
+    let (status, body) = call(&s, &format!("/turns/{turn}/events"), late).await?;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("lease_lost"))
+    );
+    // Nothing to claim while it waits.
+    assert!(claim(&s, "w-idle", 0, 1).await?.is_empty());
+    let res = s
+        .http
+        .post(format!("{}/api/turns/{turn}/input", s.url))
+        .json(&json!({"request_id": "ok_deploy", "approved": true}))
+        .send()
+        .await?;
+    assert_eq!(res.status(), 200);
+    let turns = claim(&s, "w-continues", 10_000, 1).await?;
+    let t = turns.first().ok_or("the answered turn was not claimable")?;
+    let c = &t["continuation"];
+    assert_eq!(c["seq"], 2, "{t}");
+    assert_eq!(c["answers"][0]["request_id"], "ok_deploy");
+    assert_eq!(c["answers"][0]["answer"], json!({"approved": true}));
+    assert_eq!(
+        c["events"][0],
+        json!({"type": "response", "delta": "Checking. "})
+    );
+    assert_eq!(c["events"][1]["type"], "input_requested");
+    assert_eq!(c["events"][1]["tool"]["input"], json!({"env": "prod"}));
+    let lease = str_of(&t["lease"], "token")?;
+    let done =
+        json!({"lease": lease, "seq": 2, "events": [{"type": "response", "delta": "Deployed."}]});
+    let (status, _) = call(&s, &format!("/turns/{turn}/events"), done).await?;
+    assert_eq!(status, 200);
+    let (status, body) = call(
+        &s,
+        &format!("/turns/{turn}/complete"),
+        json!({"lease": lease, "seq": 3}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["state"]),
+        (200, &json!("completed")),
+        "{body}"
+    );
+    let info = s.wait_turn_end(&turn).await?;
+    assert_eq!(
+        info.message.map(|m| m.content).as_deref(),
+        Some("Checking. Deployed.")
+    );
+    Ok(())
+}

@@ -1,10 +1,14 @@
 //! The built-in demo agent: needs no network, and its directives make every turn lifecycle path
-//! reachable from outside (`/echo`, `/deltas`, `/sleep`, `/fail`, `/bigtool`).
+//! reachable from outside (`/echo`, `/deltas`, `/sleep`, `/fail`, `/bigtool`; and, v1.2,
+//! `/approve`, `/ask`, `/clienttool`, which ask for input and continue with the answer).
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use turnstream_protocol::{ToolCall, ToolStatus};
+use serde::Deserialize;
+use turnstream_protocol::{
+    ActiveTurn, InputRequest, RawJson, RequestKind, ToolCall, ToolRequest, ToolStatus,
+};
 
 use super::{Agent, AgentError, TurnContext, TurnSink};
 
@@ -27,6 +31,12 @@ pub enum Directive {
     Sleep(u64, String),
     Fail(String),
     BigTool(usize),
+    /// Asks approval for tool `demo_action` with input `{"action": TEXT}`.
+    Approve(String),
+    /// Asks a question with prompt TEXT.
+    Ask(String),
+    /// Asks the browser to run tool NAME with input `{}`.
+    ClientTool(String),
     Chat(String),
 }
 
@@ -63,8 +73,54 @@ impl Directive {
                 Ok(n) => Directive::BigTool(n.min(MAX_BIGTOOL_BYTES)),
                 Err(_) => Directive::Chat(message.to_string()),
             },
+            "/approve" => Directive::Approve(rest.trim().to_string()),
+            "/ask" => Directive::Ask(rest.trim().to_string()),
+            "/clienttool" if !rest.trim().is_empty() => {
+                Directive::ClientTool(rest.trim().to_string())
+            }
             _ => Directive::Chat(message.to_string()),
         }
+    }
+}
+
+/// The request id each asking directive uses (one request per turn).
+const APPROVAL_ID: &str = "demo_approval";
+const QUESTION_ID: &str = "demo_question";
+const CLIENT_TOOL_ID: &str = "demo_client_tool";
+
+/// Any answer's fields, as the demo reads them.
+#[derive(Debug, Default, Deserialize)]
+struct AnswerFields {
+    #[serde(default)]
+    approved: Option<bool>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    output: Option<RawJson>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    timed_out: bool,
+}
+
+/// The answer to request `id` in the turn so far, if it was given.
+fn answer_to(so_far: Option<&ActiveTurn>, id: &str) -> Option<AnswerFields> {
+    let answer = so_far?
+        .requests
+        .iter()
+        .find(|r| r.request_id == id)?
+        .answer
+        .as_ref()?;
+    Some(serde_json::from_str(answer.as_str()).unwrap_or_default())
+}
+
+/// ` (REASON)` when a reason was given.
+fn with_reason(reason: Option<&str>) -> String {
+    match reason {
+        Some(r) if !r.trim().is_empty() => format!(" ({r})"),
+        _ => String::new(),
     }
 }
 
@@ -109,8 +165,79 @@ impl DemoAgent {
         }
     }
 
-    async fn run_directive(&self, d: Directive, sink: TurnSink) -> Result<(), AgentError> {
+    async fn run_directive(
+        &self,
+        d: Directive,
+        sink: TurnSink,
+        so_far: Option<&ActiveTurn>,
+    ) -> Result<(), AgentError> {
         match d {
+            Directive::Approve(text) => match answer_to(so_far, APPROVAL_ID) {
+                None => sink.request(InputRequest {
+                    request_id: APPROVAL_ID.into(),
+                    kind: RequestKind::Approval,
+                    tool: Some(ToolRequest {
+                        call_id: "call_demo_action".into(),
+                        name: "demo_action".into(),
+                        input: RawJson::from_value(&serde_json::json!({ "action": text })),
+                    }),
+                    prompt: None,
+                    options: None,
+                    expires_at: None,
+                }),
+                Some(a) if a.timed_out => self.stream(&sink, &format!("Timed out: {text}")).await,
+                Some(a) => {
+                    let verdict = if a.approved == Some(true) {
+                        "Approved"
+                    } else {
+                        "Denied"
+                    };
+                    let reason = with_reason(a.reason.as_deref());
+                    self.stream(&sink, &format!("{verdict}: {text}{reason}"))
+                        .await
+                }
+            },
+            Directive::Ask(prompt) => match answer_to(so_far, QUESTION_ID) {
+                None => sink.request(InputRequest {
+                    request_id: QUESTION_ID.into(),
+                    kind: RequestKind::Question,
+                    tool: None,
+                    prompt: Some(prompt),
+                    options: None,
+                    expires_at: None,
+                }),
+                Some(a) if a.timed_out => self.stream(&sink, &format!("Timed out: {prompt}")).await,
+                Some(a) => {
+                    let text = a.text.unwrap_or_default();
+                    self.stream(&sink, &format!("You answered: {text}")).await
+                }
+            },
+            Directive::ClientTool(name) => match answer_to(so_far, CLIENT_TOOL_ID) {
+                None => sink.request(InputRequest {
+                    request_id: CLIENT_TOOL_ID.into(),
+                    kind: RequestKind::ClientTool,
+                    tool: Some(ToolRequest {
+                        call_id: "call_client_tool".into(),
+                        name: name.clone(),
+                        input: RawJson::trusted("{}".into()),
+                    }),
+                    prompt: None,
+                    options: None,
+                    expires_at: None,
+                }),
+                Some(a) if a.timed_out => self.stream(&sink, &format!("Timed out: {name}")).await,
+                Some(AnswerFields {
+                    error: Some(error), ..
+                }) => {
+                    self.stream(&sink, &format!("The tool failed: {error}"))
+                        .await
+                }
+                Some(a) => {
+                    let output = a.output.unwrap_or_else(RawJson::null);
+                    self.stream(&sink, &format!("The tool returned: {}", output.as_str()))
+                        .await
+                }
+            },
             Directive::Echo(text) => self.stream(&sink, &text).await,
             Directive::Deltas(n) => {
                 for i in 1..=n {
@@ -196,7 +323,7 @@ impl Agent for DemoAgent {
     ) -> BoxFuture<'a, Result<(), AgentError>> {
         Box::pin(async move {
             let d = Directive::parse(&ctx.user_message);
-            self.run_directive(d, sink).await
+            self.run_directive(d, sink, ctx.continuation.as_ref()).await
         })
     }
 }
@@ -231,6 +358,18 @@ mod tests {
             Directive::Chat("/deltas many".into())
         );
         assert_eq!(Directive::parse("hello"), Directive::Chat("hello".into()));
+        assert_eq!(
+            Directive::parse("/approve rm -rf tmp"),
+            Directive::Approve("rm -rf tmp".into())
+        );
+        assert_eq!(
+            Directive::parse("/ask which one?"),
+            Directive::Ask("which one?".into())
+        );
+        assert_eq!(
+            Directive::parse("/clienttool get_location"),
+            Directive::ClientTool("get_location".into())
+        );
     }
 
     #[test]
@@ -253,6 +392,7 @@ mod tests {
             user_message: "/deltas 3".into(),
             attachments: vec![],
             history: vec![],
+            continuation: None,
         };
         assert!(agent.run(ctx, sink).await.is_ok());
         let mut got = vec![];
@@ -267,5 +407,45 @@ mod tests {
                 Emission::Response("x3 ".into())
             ]
         );
+    }
+
+    /// `/approve` asks, then (called again with the answer) replies with the verdict.
+    #[tokio::test]
+    async fn approve_asks_then_answers() {
+        let agent = DemoAgent {
+            delay: Duration::ZERO,
+        };
+        let mut ctx = TurnContext {
+            session_id: "s".into(),
+            turn_id: "t".into(),
+            user_message: "/approve deploy prod".into(),
+            attachments: vec![],
+            history: vec![],
+            continuation: None,
+        };
+        let (sink, mut rx) = TurnSink::channel();
+        assert!(agent.run(ctx.clone(), sink).await.is_ok());
+        let Ok(Emission::Request(request)) = rx.try_recv() else {
+            panic!("no request")
+        };
+        assert_eq!(request.kind, RequestKind::Approval);
+        let tool = request.tool.clone().expect("a tool");
+        assert_eq!(
+            (tool.name.as_str(), tool.input.as_str()),
+            ("demo_action", r#"{"action":"deploy prod"}"#)
+        );
+        let mut so_far = ActiveTurn::new("t", "s");
+        so_far
+            .requests
+            .push(turnstream_protocol::TurnRequest::open(&request));
+        so_far.requests[0].answer = RawJson::parse(r#"{"approved":false,"reason":"not today"}"#);
+        ctx.continuation = Some(so_far);
+        let (sink, mut rx) = TurnSink::channel();
+        assert!(agent.run(ctx, sink).await.is_ok());
+        let mut reply = String::new();
+        while let Ok(Emission::Response(d)) = rx.try_recv() {
+            reply.push_str(&d);
+        }
+        assert_eq!(reply, "Denied: deploy prod (not today)");
     }
 }

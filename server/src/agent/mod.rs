@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
-use turnstream_protocol::{Attachment, Message, ToolCall, Usage};
+use turnstream_protocol::{ActiveTurn, Attachment, InputRequest, Message, ToolCall, Usage};
 
 use demo::DemoAgent;
 use openai::{OpenAiAgent, OpenAiOptions};
@@ -54,6 +54,10 @@ pub struct TurnContext {
     pub attachments: Vec<Attachment>,
     /// The session's earlier messages, oldest first, not including `user_message`.
     pub history: Vec<Message>,
+    /// Set when the turn asked for input, waited and was answered (v1.2): everything the turn
+    /// showed so far (reply text, thinking, tools) and its requests with their answers. The
+    /// agent continues from there; the turn's reply is the text so far plus what it sends now.
+    pub continuation: Option<ActiveTurn>,
 }
 
 /// One thing an agent said during a turn, in order.
@@ -64,6 +68,9 @@ pub enum Emission {
     Response(String),
     /// Tokens the model reported for the turn; the last one sent is kept on the turn.
     Usage(Usage),
+    /// A request for input (v1.2): once the agent returns, the turn waits for the answers,
+    /// holding nothing, and the agent is called again with them.
+    Request(InputRequest),
 }
 
 /// Where an agent sends its output. Sending never blocks; turn execution journals (and coalesces) it.
@@ -101,6 +108,13 @@ impl TurnSink {
     pub fn usage(&self, usage: Usage) {
         let _ = self.tx.send(Emission::Usage(usage));
     }
+
+    /// Asks for input (v1.2): an approval, a tool the browser runs, or a question. The agent
+    /// then returns `Ok`; the turn waits and the agent is called again with the answers in
+    /// [`TurnContext::continuation`].
+    pub fn request(&self, request: InputRequest) {
+        let _ = self.tx.send(Emission::Request(request));
+    }
 }
 
 /// Why a turn failed; the message is shown to the user as the turn's `error`.
@@ -109,7 +123,8 @@ impl TurnSink {
 pub struct AgentError(pub String);
 
 /// Produces one turn. Returning `Ok` completes the turn with the text sent through
-/// [`TurnSink::response`]; `Err` fails it, keeping that text. Cancellation drops the future.
+/// [`TurnSink::response`] (or, after [`TurnSink::request`], makes it wait for the answers);
+/// `Err` fails it, keeping that text. Cancellation drops the future.
 pub trait Agent: Send + Sync + 'static {
     fn run<'a>(&'a self, ctx: TurnContext, sink: TurnSink)
         -> BoxFuture<'a, Result<(), AgentError>>;

@@ -95,6 +95,12 @@ impl From<Error> for AppError {
                 "too_many_active_turns",
                 e.to_string(),
             ),
+            Error::InvalidRequest(_) => {
+                AppError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string())
+            }
+            Error::SessionBusy => {
+                AppError::new(StatusCode::CONFLICT, "session_busy", e.to_string())
+            }
             Error::ShuttingDown | Error::Closed => AppError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "shutting_down",

@@ -3,6 +3,8 @@
 
 mod access;
 mod error;
+mod input;
+mod messages;
 mod openapi;
 mod origin;
 mod quota;
@@ -19,23 +21,19 @@ pub use quota::{RateLimiter, StreamQuota};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer, ExposeHeaders};
-use turnstream_protocol::attachment::{check_attachments, AttachmentError};
 use turnstream_protocol::limits::{
-    is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
-    MAX_REQUEST_BODY_BYTES,
+    is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_HISTORY_LIMIT, MAX_REQUEST_BODY_BYTES,
 };
-use turnstream_protocol::{
-    CancelResponse, ClearRealtimeResponse, PostMessageRequest, CURSOR_HEADER,
-};
+use turnstream_protocol::{CancelResponse, ClearRealtimeResponse, CURSOR_HEADER};
 
-use crate::auth::{Authenticator, Principal, Scope, MAX_SUB_BYTES};
+use crate::auth::{Authenticator, Principal, Scope};
 use crate::journal::Journal;
 use crate::turns::Turns;
 
@@ -72,12 +70,13 @@ type Peer = Option<Extension<ConnectInfo<std::net::SocketAddr>>>;
 /// The router: the API under `/api`, health and metrics, and (if given) static files at `/`.
 pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[String]) -> Router {
     let api = Router::new()
-        .route("/sessions/{session}/messages", post(post_message))
+        .route("/sessions/{session}/messages", post(messages::post_message))
         .route("/sessions/{session}/history", get(history))
         .route("/sessions/{session}/realtime", delete(clear_realtime))
         .route("/stream", get(stream::stream))
         .route("/turns/{turn}", get(turn))
         .route("/turns/{turn}/cancel", post(cancel))
+        .route("/turns/{turn}/input", post(input::give_input))
         .nest("/worker", worker::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -168,111 +167,6 @@ fn id_param(
         ));
     }
     Ok(id)
-}
-
-async fn post_message(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    peer: Peer,
-    session: Result<Path<String>, PathRejection>,
-    body: Result<Json<PostMessageRequest>, JsonRejection>,
-) -> Result<Response, AppError> {
-    let session = id_param(session, "invalid_session_id", "session")?;
-    access::require(&principal, Scope::Write, &session)?;
-    let Json(req) = body?;
-    let author = message_author(&principal, req.author.as_deref())?;
-    // A message of attachments alone (an image without a caption) needs no text.
-    if req.content.trim().is_empty() && req.attachments.is_empty() {
-        return Err(AppError::bad_request(
-            "empty_content",
-            "content must not be empty",
-        ));
-    }
-    if req.content.len() > MAX_CONTENT_BYTES {
-        return Err(AppError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "content_too_large",
-            format!(
-                "content is {} bytes; the limit is {MAX_CONTENT_BYTES}",
-                req.content.len()
-            ),
-        ));
-    }
-    if let Err(e) = check_attachments(&req.content, &req.attachments) {
-        let status = match e {
-            AttachmentError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            AttachmentError::TooMany(_) | AttachmentError::Invalid { .. } => {
-                StatusCode::BAD_REQUEST
-            }
-        };
-        return Err(AppError::new(status, e.code(), e.to_string()));
-    }
-    if let Some(cmid) = &req.client_message_id {
-        if !is_valid_id(cmid) {
-            return Err(AppError::bad_request(
-                "invalid_client_message_id",
-                "client_message_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
-            ));
-        }
-    }
-    if state.turns.is_stopping() {
-        return Err(crate::error::Error::ShuttingDown.into());
-    }
-    let client = access::client_key(&principal, peer.as_ref().map(|Extension(c)| c));
-    if let Some(client) = &client {
-        if let Err(wait) = state.rate.take(client, std::time::Instant::now()) {
-            return Ok(quota::rate_limited(wait));
-        }
-    }
-    let accepted = state
-        .journal
-        .accept_message(
-            &session,
-            &req.content,
-            req.attachments,
-            req.client_message_id.as_deref(),
-            author,
-            state.limits.max_active_turns,
-        )
-        .await?;
-    let status = if accepted.created {
-        if let Some(client) = client {
-            state.turns.note_client(&accepted.response.turn_id, client);
-        }
-        state.turns.kick(&session);
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(accepted.response)).into_response())
-}
-
-/// Who a posted message is written by: a token's user; for a service key, the user it names
-/// (acting for them), if any; nobody without auth.
-fn message_author<'a>(
-    principal: &'a Principal,
-    named: Option<&'a str>,
-) -> Result<Option<&'a str>, AppError> {
-    match (principal, named) {
-        (Principal::Open, _) => Ok(None),
-        (Principal::User(g), None) => Ok(Some(&g.sub)),
-        (Principal::User(g), Some(a)) if a == g.sub => Ok(Some(&g.sub)),
-        (Principal::User(_), Some(_)) => Err(AppError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "only a service key may name a message's author",
-        )),
-        (Principal::Service, None) => Ok(None),
-        (Principal::Service, Some(a)) => {
-            if a.is_empty() || a.len() > MAX_SUB_BYTES || a.chars().any(char::is_control) {
-                return Err(AppError::bad_request(
-                    "invalid_author",
-                    format!("author is 1 to {MAX_SUB_BYTES} bytes without control characters"),
-                ));
-            }
-            Ok(Some(a))
-        }
-    }
 }
 
 async fn history(

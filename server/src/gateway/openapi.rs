@@ -13,14 +13,18 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use turnstream_protocol::worker::{
-    ClaimRequest, ClaimResponse, ClaimedTurn, CompleteRequest, EventsRequest, FailRequest,
-    HeartbeatRequest, LeaseGrant, WorkerAck, WorkerError, WorkerEvent,
+    Answer, ClaimRequest, ClaimResponse, ClaimedTurn, CompleteRequest, Continuation, EventsRequest,
+    FailRequest, HeartbeatRequest, LeaseGrant, WaitRequest, WorkerAck, WorkerError, WorkerEvent,
 };
 use turnstream_protocol::{
     ActiveTurn, Attachment, CancelResponse, ClearRealtimeResponse, ErrorBody, ErrorDetail, Event,
     EventBody, HistoryResponse, Message, MessageStatus, PostMessageRequest, PostMessageResponse,
     ResyncReason, ResyncRequired, Role, Snapshot, TokenExpired, ToolCall, ToolStatus, Truncation,
     TurnInfo, TurnState, Usage,
+};
+use turnstream_protocol::{
+    InputAnswerRequest, InputAnswerResponse, InputGiven, InputRequest, OnBusy, RawJson,
+    RequestKind, ToolRequest, TurnRequest,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -45,6 +49,7 @@ use super::error::AppError;
         stream,
         turn,
         cancel,
+        give_input,
         clear_realtime,
         openapi_json,
         healthz,
@@ -55,6 +60,7 @@ use super::error::AppError;
         worker_heartbeat,
         worker_complete,
         worker_fail,
+        worker_wait,
     ),
     components(schemas(
         PostMessageRequest,
@@ -95,6 +101,19 @@ use super::error::AppError;
         WorkerError,
         WorkerAck,
         SeqGapBody,
+        InputRequest,
+        InputGiven,
+        RequestKind,
+        ToolRequest,
+        TurnRequest,
+        RawJson,
+        InputAnswerRequest,
+        InputAnswerResponse,
+        InputConflictBody,
+        OnBusy,
+        WaitRequest,
+        Continuation,
+        Answer,
     )),
     modifiers(&SecuritySchemes),
     tags(
@@ -304,6 +323,38 @@ fn turn() {}
 )]
 fn cancel() {}
 
+/// Body of `409 input_already_given`: the error, and the answer that was first.
+#[derive(Serialize, ToSchema)]
+struct InputConflictBody {
+    error: ErrorDetail,
+    request_id: String,
+    answer: RawJson,
+    /// The first answer's author; `null` without auth or for the server's timeout.
+    by: Option<String>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/turns/{turn}/input",
+    tag = "turns",
+    summary = "Answer a request the turn's agent opened (v1.2): the field that fits its kind. The first answer wins.",
+    params(("turn" = String, Path, description = "Turn id.")),
+    request_body = InputAnswerRequest,
+    responses(
+        (status = 200, description = "Recorded (or the same answer by the same author again): the turn's state after it, `running` once no request is open.", body = InputAnswerResponse),
+        (status = 400, description = "`invalid_input` (a wrong or missing field for the request's kind), `invalid_json`, `invalid_turn_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        (status = 403, description = "`forbidden` (no `write` on the turn's session), `forbidden_origin`.", body = ErrorBody),
+        (status = 404, description = "`turn_not_found`, `request_not_found`.", body = ErrorBody),
+        (status = 409, description = "`input_already_given` (with the recorded `answer` and `by`), `turn_ended`.", body = InputConflictBody),
+        (status = 429, description = "`rate_limited` (with `Retry-After`).", body = ErrorBody),
+        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
+)]
+fn give_input() {}
+
 #[utoipa::path(
     delete,
     path = "/api/sessions/{session}/realtime",
@@ -505,3 +556,25 @@ fn worker_complete() {}
     security(("service_key" = [])),
 )]
 fn worker_fail() {}
+
+#[utoipa::path(
+    post,
+    path = "/api/worker/turns/{turn}/wait",
+    tag = "worker",
+    summary = "End the lease after `input_requested` events (v1.2): the turn waits; once answered it is claimable again, with a `continuation`.",
+    params(("turn" = String, Path, description = "Turn id.")),
+    request_body = WaitRequest,
+    responses(
+        (status = 200, description = "`state` is `waiting`, or `running` when every request was answered already (claim it again).", body = WorkerAck),
+        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
+        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
+        (status = 403, description = "`forbidden`.", body = ErrorBody),
+        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
+        (status = 422, description = "`invalid_body`.", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` (with `Retry-After`).", body = ErrorBody),
+        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+    ),
+    security(("service_key" = [])),
+)]
+fn worker_wait() {}

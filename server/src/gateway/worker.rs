@@ -1,5 +1,5 @@
 //! The worker API (contract v1.1): `POST /api/worker/claim` and, per claimed turn, `events`,
-//! `heartbeat`, `complete` and `fail`. Only service keys may use it, and only a server started
+//! `heartbeat`, `complete` and `fail`; and (v1.2) `wait`, after the turn's agent asked for input. Only service keys may use it, and only a server started
 //! with `--agent worker` serves it.
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -11,8 +11,8 @@ use axum::{Extension, Json, Router};
 use turnstream_protocol::limits::is_valid_id;
 use turnstream_protocol::worker::{
     ClaimRequest, ClaimResponse, ClaimedTurn, CompleteRequest, EventsRequest, FailRequest,
-    HeartbeatRequest, LeaseGrant, WorkerAck, WorkerEvent, MAX_CLAIM_TURNS, MAX_CLAIM_WAIT_MS,
-    MAX_WORKER_ERROR_BYTES, MAX_WORKER_EVENTS,
+    HeartbeatRequest, LeaseGrant, WaitRequest, WorkerAck, WorkerEvent, MAX_CLAIM_TURNS,
+    MAX_CLAIM_WAIT_MS, MAX_WORKER_ERROR_BYTES, MAX_WORKER_EVENTS,
 };
 use turnstream_protocol::{ErrorDetail, ToolCall, TurnState};
 
@@ -36,6 +36,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/turns/{turn}/heartbeat", post(heartbeat))
         .route("/turns/{turn}/complete", post(complete))
         .route("/turns/{turn}/fail", post(fail))
+        .route("/turns/{turn}/wait", post(wait))
 }
 
 /// Refuses anyone but a service key, and servers not in worker mode.
@@ -122,6 +123,7 @@ async fn claim(
                         token: c.lease.token,
                         expires_at: c.lease.expires_at,
                     },
+                    continuation: c.continuation,
                 })
                 .collect();
             return Ok(Json(ClaimResponse { turns }).into_response());
@@ -254,8 +256,10 @@ async fn events(
         )));
     }
     for e in &req.events {
-        if let WorkerEvent::Tool(call) = e {
-            check_tool(call)?;
+        match e {
+            WorkerEvent::Tool(call) => check_tool(call)?,
+            WorkerEvent::InputRequested(request) => request.check().map_err(unprocessable)?,
+            WorkerEvent::Thinking { .. } | WorkerEvent::Response { .. } => {}
         }
     }
     let op = WorkerOp::Events {
@@ -319,4 +323,28 @@ async fn fail(
         error: Some(req.error.message),
     };
     act(&state, dispatch, &turn, &req.lease, op).await
+}
+
+async fn wait(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    turn: Result<Path<String>, PathRejection>,
+    body: Result<Json<WaitRequest>, JsonRejection>,
+) -> Result<Response, AppError> {
+    let dispatch = admit(&state, &principal)?;
+    let turn = id_param(turn, "invalid_turn_id", "turn")?;
+    let Json(req) = body?;
+    check_lease(&req.lease)?;
+    check_seq(req.seq)?;
+    let answer = act(
+        &state,
+        dispatch,
+        &turn,
+        &req.lease,
+        WorkerOp::Wait { seq: req.seq },
+    )
+    .await;
+    // Answered meanwhile, the turn is claimable again at once.
+    dispatch.notify();
+    answer
 }

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use turnstream_protocol::worker::NO_SEQ;
+use turnstream_protocol::worker::{Continuation, NO_SEQ};
 use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
 use super::lease::{Lease, LeaseError};
@@ -36,12 +36,25 @@ pub enum Claim {
 /// `turn_started` and marks the turn `running` with the lease. The one way a leased turn starts.
 fn start_leased(
     ctx: &mut WriteCtx<'_>,
-    session_id: &str,
-    turn_id: &str,
+    turn: &TurnRow,
     owner: &str,
     ttl: Duration,
 ) -> Result<Lease> {
+    let (session_id, turn_id) = (turn.session_id.as_str(), turn.turn_id.as_str());
     let lease = Lease::grant(owner, ttl, ctx.now);
+    if turn.resumes > 0 {
+        // A continuation: it started before it waited, and its worker `seq` goes on.
+        let n = ctx.conn.execute(
+            "UPDATE turns SET state = 'running', lease_token = ?2, lease_owner = ?3,
+                 lease_expires_at = ?4
+             WHERE turn_id = ?1 AND state = 'queued'",
+            params![turn_id, &lease.token, &lease.owner, lease.expires_at],
+        )?;
+        if n != 1 {
+            return Err(Error::Corrupt("turn changed state during claim".into()));
+        }
+        return Ok(lease);
+    }
     let seq = ctx.append(session_id, Some(turn_id), |_| EventBody::TurnStarted {})?;
     let n = ctx.conn.execute(
         "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
@@ -82,6 +95,8 @@ pub struct Claimed {
     pub user_message: Message,
     pub history: Vec<Message>,
     pub lease: Lease,
+    /// For a turn that waited for input and was answered: what continuing it needs.
+    pub continuation: Option<Continuation>,
 }
 
 /// Where a leased turn stands after an accepted request.
@@ -117,6 +132,8 @@ pub enum WorkerOp {
     Events { seq: i64, events: Vec<EventBody> },
     /// Renew the lease and say the turn's state.
     Heartbeat,
+    /// End the lease as request `seq` after requests for input: the turn waits (v1.2).
+    Wait { seq: i64 },
     /// End the turn (`completed` or `failed`) as request `seq`.
     Finish {
         seq: i64,
@@ -171,6 +188,11 @@ fn end_leased(
     if turn.state != TurnState::Running {
         return Ok(None);
     }
+    if state == TurnState::Interrupted
+        && super::requests::requeue_untouched(ctx, &turn.turn_id, turn.resumes)?
+    {
+        return Ok(None);
+    }
     let progress = fold_turn(ctx.conn, turn, i64::MAX)?;
     for mut call in progress.tools {
         if matches!(call.status, ToolStatus::Started | ToolStatus::Progress) {
@@ -192,14 +214,15 @@ fn end_leased(
     )
 }
 
-/// The oldest queued turns whose session has no running turn, at most one per session.
+/// The oldest queued turns whose session has no running turn and no waiting turn before them,
+/// at most one per session.
 fn claimable(conn: &dyn Sql, max: usize) -> Result<Vec<String>> {
     conn.query_texts(
         "SELECT t.turn_id FROM turns t WHERE t.state = 'queued'
          AND NOT EXISTS (SELECT 1 FROM turns r
              WHERE r.session_id = t.session_id AND r.state = 'running')
          AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
-             WHERE q.session_id = t.session_id AND q.state = 'queued')
+             WHERE q.session_id = t.session_id AND q.state IN ('queued', 'waiting'))
          ORDER BY t.queued_seq LIMIT ?1",
         params![max as i64],
     )
@@ -234,9 +257,15 @@ impl Journal {
                     let Some(mut turn) = turn_by_id(ctx.conn, &turn_id)? else {
                         continue;
                     };
-                    let lease = start_leased(ctx, &turn.session_id, &turn_id, &worker_id, ttl)?;
+                    let continuation = if turn.resumes > 0 {
+                        let acked = load(ctx.conn, &turn_id)?.map_or(NO_SEQ, |l| l.acked);
+                        Some(super::inputs::continuation(ctx.conn, &turn, acked)?)
+                    } else {
+                        None
+                    };
+                    let lease = start_leased(ctx, &turn, &worker_id, ttl)?;
                     turn.state = TurnState::Running;
-                    turn.started_at = Some(ctx.now);
+                    turn.started_at = turn.started_at.or(Some(ctx.now));
                     let user_message =
                         message_by_id(ctx.conn, ctx.epoch, &turn.user_message_id)?
                             .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
@@ -260,6 +289,7 @@ impl Journal {
                         user_message,
                         history,
                         lease,
+                        continuation,
                     });
                 }
                 Ok(out)
@@ -283,6 +313,7 @@ impl Journal {
     ) -> Result<std::result::Result<LeasedTurn, Refusal>> {
         let turn_id = turn_id.to_string();
         let token = token.to_string();
+        let input_timeout_ms = i64::try_from(self.input_timeout().as_millis()).unwrap_or(i64::MAX);
         let (answer, ended) = self
             .write(move |ctx| {
                 let Some(row) = load(ctx.conn, &turn_id)? else {
@@ -316,7 +347,9 @@ impl Journal {
                         let repeat = match op {
                             WorkerOp::Heartbeat => true,
                             WorkerOp::Events { seq, .. } => seq <= row.acked,
-                            WorkerOp::Finish { seq, .. } => seq == row.acked,
+                            WorkerOp::Finish { seq, .. } | WorkerOp::Wait { seq } => {
+                                seq == row.acked
+                            }
                         };
                         return Ok((
                             if repeat {
@@ -327,7 +360,13 @@ impl Journal {
                             false,
                         ));
                     }
-                    TurnState::Interrupted | TurnState::Queued => {
+                    // Parked: a repeat of the `wait` that parked it is answered as it was.
+                    TurnState::Waiting | TurnState::Queued
+                        if matches!(op, WorkerOp::Wait { seq } if seq == row.acked) =>
+                    {
+                        return Ok((Ok(here(row.turn.shown_state())), false))
+                    }
+                    TurnState::Interrupted | TurnState::Queued | TurnState::Waiting => {
                         return Ok((Err(Refusal::LeaseLost), false))
                     }
                 }
@@ -341,14 +380,47 @@ impl Journal {
                 match op {
                     WorkerOp::Heartbeat => {}
                     WorkerOp::Events { seq, .. } if seq <= row.acked => {}
-                    WorkerOp::Events { seq, .. } | WorkerOp::Finish { seq, .. } if seq != next => {
+                    WorkerOp::Events { seq, .. }
+                    | WorkerOp::Finish { seq, .. }
+                    | WorkerOp::Wait { seq }
+                        if seq != next =>
+                    {
                         return Ok((Err(Refusal::SeqGap { acked: row.acked }), false));
                     }
                     WorkerOp::Events { seq, events } => {
                         for body in events {
-                            ctx.append(&row.turn.session_id, Some(&turn_id), |_| body)?;
+                            match body {
+                                EventBody::InputRequested(request) => {
+                                    super::inputs::open_request(
+                                        ctx,
+                                        &row.turn.session_id,
+                                        &turn_id,
+                                        None,
+                                        request,
+                                        input_timeout_ms,
+                                    )?;
+                                }
+                                body => {
+                                    ctx.append(&row.turn.session_id, Some(&turn_id), |_| body)?;
+                                }
+                            }
                         }
                         acked = seq;
+                    }
+                    WorkerOp::Wait { seq } => {
+                        let parked = super::inputs::park(ctx, &row.turn, Some(seq))?;
+                        let state = match parked {
+                            super::inputs::Parked::Continues => TurnState::Running,
+                            _ => TurnState::Waiting,
+                        };
+                        return Ok((
+                            Ok(LeasedTurn {
+                                acked_seq: seq,
+                                state,
+                                lease_expires_at: ctx.now,
+                            }),
+                            false,
+                        ));
                     }
                     WorkerOp::Finish {
                         seq,
@@ -478,15 +550,38 @@ impl Journal {
                 return Ok(Claim::NotQueued);
             }
             let first = ctx.conn.query_texts(
-                "SELECT turn_id FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running')
+                "SELECT turn_id FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running', 'waiting')
                  ORDER BY CASE WHEN state = 'running' THEN 0 ELSE 1 END, queued_seq LIMIT 1",
                 params![&turn.session_id],
             )?;
             if first.first() != Some(&turn_id) {
                 return Ok(Claim::Busy);
             }
-            let lease = start_leased(ctx, &turn.session_id, &turn_id, &owner, ttl)?;
+            let lease = start_leased(ctx, &turn, &owner, ttl)?;
             Ok(Claim::Started(lease))
+        })
+        .await
+    }
+
+    /// Parks a turn this server ran, after its agent opened requests and returned (fenced by
+    /// `fence` on a shared journal).
+    pub async fn park_turn(
+        &self,
+        turn_id: &str,
+        fence: Option<&str>,
+    ) -> Result<super::inputs::Parked> {
+        let turn_id = turn_id.to_string();
+        let fence = fence.map(str::to_string);
+        self.write(move |ctx| {
+            let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
+                return Ok(super::inputs::Parked::Gone);
+            };
+            if let Some(token) = &fence {
+                if !holds(ctx.conn, &turn_id, token, ctx.now)? {
+                    return Ok(super::inputs::Parked::Gone);
+                }
+            }
+            super::inputs::park(ctx, &turn, None)
         })
         .await
     }
@@ -565,7 +660,8 @@ impl Journal {
             conn.query_texts(
                 "SELECT DISTINCT q.session_id FROM turns q WHERE q.state = 'queued'
                  AND NOT EXISTS (SELECT 1 FROM turns r
-                     WHERE r.session_id = q.session_id AND r.state = 'running')",
+                     WHERE r.session_id = q.session_id AND (r.state = 'running'
+                         OR (r.state = 'waiting' AND r.queued_seq < q.queued_seq)))",
                 &[],
             )
         })

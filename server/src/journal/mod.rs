@@ -10,11 +10,13 @@
 
 mod fanout;
 mod health;
+mod inputs;
 mod lease;
 mod leased_turns;
 mod payload;
 pub mod postgres;
 mod replay;
+mod requests;
 mod retention;
 pub mod schema;
 pub(crate) mod sql;
@@ -24,6 +26,7 @@ mod writer;
 
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
+pub use inputs::{Given, InputRefusal, Parked};
 pub use lease::{Lease, LeaseError};
 pub use leased_turns::{Claim, Claimed, LeasedTurn, Refusal, WorkerOp};
 pub use payload::floor_char_boundary;
@@ -31,7 +34,7 @@ pub use replay::{Encoder, Page, StreamStart};
 pub use retention::cleanup_loop;
 pub use sql::Backend;
 pub use sql::EventRow;
-pub use store::{Accepted, TurnRow};
+pub use store::{Accepted, Admission, TurnRow};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -64,7 +67,13 @@ pub struct JournalOptions {
     /// PostgreSQL: where the tail `LISTEN`s for other servers' commits (a direct connection,
     /// when the database URL is a pooler's in transaction mode); the database URL when unset.
     pub listen_url: Option<String>,
+    /// How long an agent's request waits for an answer when it names no `expires_at`
+    /// (`--input-timeout-secs`).
+    pub input_timeout: Duration,
 }
+
+/// [`JournalOptions::input_timeout`] unless configured: a day.
+pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(86_400);
 
 impl Default for JournalOptions {
     fn default() -> Self {
@@ -72,6 +81,7 @@ impl Default for JournalOptions {
             busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
             clock: Clock::system(),
             listen_url: None,
+            input_timeout: DEFAULT_INPUT_TIMEOUT,
         }
     }
 }
@@ -144,6 +154,7 @@ struct Inner {
     head: Arc<AtomicI64>,
     health: Arc<WriteHealth>,
     clock: Clock,
+    input_timeout: Duration,
 }
 
 impl std::fmt::Debug for Journal {
@@ -387,6 +398,7 @@ impl Journal {
                 head,
                 health,
                 clock: options.clock.clone(),
+                input_timeout: options.input_timeout,
             }),
         })
     }
@@ -412,6 +424,11 @@ impl Journal {
     /// Whether the latest journal writes reached the disk.
     pub fn write_health(&self) -> &WriteHealth {
         &self.inner.health
+    }
+
+    /// How long a request without its own `expires_at` waits for an answer.
+    pub fn input_timeout(&self) -> Duration {
+        self.inner.input_timeout
     }
 
     /// The clock the journal stamps its writes with.

@@ -68,7 +68,7 @@ impl Journal {
         self.write(move |ctx| {
             let turns = pairs(ctx.conn.query(
                 "SELECT turn_id, session_id FROM turns WHERE session_id = ?1 AND purged = 0
-                 AND state NOT IN ('queued', 'running')",
+                 AND state NOT IN ('queued', 'running', 'waiting')",
                 params![&session_id],
             )?)?;
             let mut deleted = purge_turns(ctx, &turns)?;

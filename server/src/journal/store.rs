@@ -21,6 +21,25 @@ pub struct Accepted {
     pub session_id: String,
 }
 
+/// When a session takes a new message.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    /// Most turns in flight (queued, running or waiting) per session.
+    pub max_active_turns: usize,
+    /// Refuse (`session_busy`) while any turn of the session is in flight (`on_busy: reject`).
+    pub reject_if_busy: bool,
+}
+
+impl Admission {
+    /// v1's rule: up to `max_active_turns` turns in flight, queued one after the other.
+    pub fn enqueue(max_active_turns: usize) -> Admission {
+        Admission {
+            max_active_turns,
+            reject_if_busy: false,
+        }
+    }
+}
+
 /// A turn as the projection records it.
 #[derive(Debug, Clone)]
 pub struct TurnRow {
@@ -33,6 +52,20 @@ pub struct TurnRow {
     pub ended_at: Option<i64>,
     pub error: Option<String>,
     pub message_id: Option<String>,
+    /// How often the turn continued after waiting for input (v1.2): a `queued` turn with
+    /// `resumes > 0` is a continuation waiting for its runner.
+    pub resumes: i64,
+}
+
+impl TurnRow {
+    /// The state clients see: a continuation waiting for its runner is `running` (it started
+    /// long ago, and its answers are in).
+    pub fn shown_state(&self) -> TurnState {
+        match self.state {
+            TurnState::Queued if self.resumes > 0 => TurnState::Running,
+            s => s,
+        }
+    }
 }
 
 /// Characters of `[0-9a-z]` after the prefix of a server-made id: 20 of them carry about 103
@@ -119,7 +152,7 @@ pub(super) fn message_by_id(
 }
 
 pub(super) const TURN_COLUMNS: &str =
-    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id";
+    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes";
 
 pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
     Ok(TurnRow {
@@ -132,6 +165,7 @@ pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
         ended_at: r.opt_int(6)?,
         error: r.opt_text(7)?,
         message_id: r.opt_text(8)?,
+        resumes: r.int(9)?,
     })
 }
 
@@ -159,7 +193,8 @@ pub(super) fn fold_turn(conn: &dyn Sql, turn: &TurnRow, upto: i64) -> Result<Act
     let mut progress = ActiveTurn::new(&turn.turn_id, &turn.session_id);
     conn.for_each_event(
         "SELECT id, session_id, turn_id, ts, kind, data FROM events WHERE turn_id = ?1 AND id <= ?2
-         AND kind IN ('turn_started', 'thinking', 'tool', 'response_delta') ORDER BY id",
+         AND kind IN ('turn_started', 'thinking', 'tool', 'response_delta', 'input_requested', 'input_given')
+         ORDER BY id",
         params![&turn.turn_id, upto],
         &mut |e| {
             let body: EventBody = serde_json::from_str(e.data)?;
@@ -180,8 +215,12 @@ impl Journal {
         attachments: Vec<Attachment>,
         client_message_id: Option<&str>,
         author: Option<&str>,
-        max_active_turns: usize,
+        admission: Admission,
     ) -> Result<Accepted> {
+        let Admission {
+            max_active_turns,
+            reject_if_busy,
+        } = admission;
         let session_id = session_id.to_string();
         let author = author.map(str::to_string);
         let content = content.to_string();
@@ -216,10 +255,13 @@ impl Journal {
             let active = ctx
                 .conn
                 .query_int(
-                    "SELECT COUNT(*) FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running')",
+                    "SELECT COUNT(*) FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running', 'waiting')",
                     params![&session_id],
                 )?
                 .unwrap_or(0);
+            if reject_if_busy && active > 0 {
+                return Err(Error::SessionBusy);
+            }
             if active as usize >= max_active_turns {
                 return Err(Error::TooManyActiveTurns(max_active_turns));
             }
@@ -268,14 +310,15 @@ impl Journal {
         .await
     }
 
-    /// The oldest queued turn of a session, with its user message.
+    /// The session's next turn to run, with its user message: its oldest turn in flight, if that
+    /// one is queued (a waiting turn holds the turns after it back: FIFO).
     pub async fn next_queued_turn(&self, session_id: &str) -> Result<Option<(TurnRow, Message)>> {
         let session_id = session_id.to_string();
         self.read(move |conn, epoch| {
             let Some(turn) = turns(
                 conn,
                 &format!(
-                    "SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ?1 AND state = 'queued'
+                    "SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ?1 AND state IN ('queued', 'waiting')
                      ORDER BY queued_seq LIMIT 1"
                 ),
                 params![&session_id],
@@ -284,6 +327,9 @@ impl Journal {
             .next() else {
                 return Ok(None);
             };
+            if turn.state != TurnState::Queued {
+                return Ok(None);
+            }
             let message = message_by_id(conn, epoch, &turn.user_message_id)?
                 .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
             Ok(Some((turn, message)))
@@ -295,7 +341,9 @@ impl Journal {
     pub async fn sessions_with_queued_turns(&self) -> Result<Vec<String>> {
         self.read(|conn, _| {
             conn.query_texts(
-                "SELECT DISTINCT session_id FROM turns WHERE state = 'queued'",
+                "SELECT DISTINCT session_id FROM turns WHERE state = 'queued'
+                 AND NOT EXISTS (SELECT 1 FROM turns w WHERE w.session_id = turns.session_id
+                     AND w.state = 'waiting' AND w.queued_seq < turns.queued_seq)",
                 &[],
             )
         })
@@ -329,7 +377,8 @@ impl Journal {
         .await
     }
 
-    /// Moves a queued turn to running and journals `turn_started`. False if it is no longer queued.
+    /// Moves a queued turn to running and journals `turn_started` (not again for a
+    /// continuation: it started before it waited). False if it is no longer queued.
     pub async fn start_turn(&self, turn_id: &str) -> Result<bool> {
         let turn_id = turn_id.to_string();
         self.write(move |ctx| {
@@ -338,6 +387,13 @@ impl Journal {
             };
             if turn.state != TurnState::Queued {
                 return Ok(false);
+            }
+            if turn.resumes > 0 {
+                let n = ctx.conn.execute(
+                    "UPDATE turns SET state = 'running' WHERE turn_id = ?1 AND state = 'queued'",
+                    params![&turn_id],
+                )?;
+                return Ok(n == 1);
             }
             let seq = ctx.append(&turn.session_id, Some(&turn_id), |_| {
                 EventBody::TurnStarted {}
@@ -438,9 +494,9 @@ impl Journal {
             // Written by this server from the same type; an unreadable value is left out.
             let usage = usage.and_then(|u| serde_json::from_str::<Usage>(&u).ok());
             Ok(Some(TurnInfo {
+                state: turn.shown_state(),
                 turn_id: turn.turn_id,
                 session_id: turn.session_id,
-                state: turn.state,
                 created_at: turn.created_at,
                 started_at: turn.started_at,
                 ended_at: turn.ended_at,
@@ -450,6 +506,7 @@ impl Journal {
                 message,
                 error: turn.error,
                 usage,
+                requests: progress.requests,
             }))
         })
         .await
@@ -528,6 +585,9 @@ impl Journal {
                     repaired += 1;
                 } else {
                     let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else { continue };
+                    if super::requests::requeue_untouched(ctx, &turn.turn_id, turn.resumes)? {
+                        continue;
+                    }
                     let progress = fold_turn(ctx.conn, &turn, i64::MAX)?;
                     end_turn_in(ctx, &turn_id, TurnState::Interrupted, progress.text, None, &[TurnState::Running])?;
                     interrupted += 1;
@@ -559,6 +619,7 @@ pub(super) fn end_turn_in(
     }
     // No lease holds an ended turn, whatever was found earlier in this batch.
     ctx.fences.retain(|(t, _)| t != turn_id);
+    super::requests::close_requests(ctx, turn_id)?;
     let message_id = new_id("msg");
     let now = ctx.now;
     let mut message = None;

@@ -95,6 +95,10 @@ pub fn worker_events(events: Vec<WorkerEvent>) -> Vec<EventBody> {
                 coalescer.flush(&mut out);
                 out.push(EventBody::Tool(call));
             }
+            WorkerEvent::InputRequested(request) => {
+                coalescer.flush(&mut out);
+                out.push(EventBody::InputRequested(request));
+            }
         }
     }
     coalescer.flush(&mut out);

@@ -21,6 +21,8 @@ pub(super) struct Emitted {
     pub text: String,
     /// Why a write failed, if one did.
     pub error: Option<String>,
+    /// How many requests for input were journaled.
+    pub requests: usize,
 }
 
 /// Journals a turn's emissions in order, merging consecutive deltas of one kind for `window`,
@@ -67,6 +69,17 @@ pub(super) async fn emit(
                 out.track_tool(&call);
                 out.submit(EventBody::Tool(call));
             }
+            Emission::Request(request) => {
+                out.flush();
+                let write = out.journal.submit_input_request(
+                    &out.session,
+                    &out.turn,
+                    out.fence.as_ref().map(|(token, _)| token.as_str()),
+                    request,
+                );
+                out.inflight.push_back(write);
+                out.requests += 1;
+            }
             Emission::Usage(usage) => {
                 let write = out.journal.submit_turn_usage(&out.turn, usage);
                 out.inflight.push_back(write);
@@ -92,6 +105,7 @@ pub(super) async fn emit(
     Emitted {
         text: out.text,
         error: out.error,
+        requests: out.requests,
     }
 }
 
@@ -109,6 +123,8 @@ pub(super) struct Emitter {
     turn: String,
     /// The reply so far: exactly the concatenation of the journaled response deltas.
     text: String,
+    /// Requests for input submitted.
+    requests: usize,
     coalescer: Coalescer,
     /// Bodies the coalescer handed back, waiting to be submitted (kept to reuse its memory).
     ready: Vec<EventBody>,
@@ -130,12 +146,14 @@ impl Emitter {
         session: String,
         turn: String,
         fence: Option<(String, CancellationToken)>,
+        text: String,
     ) -> Emitter {
         Emitter {
             journal,
             session,
             turn,
-            text: String::new(),
+            text,
+            requests: 0,
             coalescer: Coalescer::default(),
             ready: Vec::new(),
             inflight: VecDeque::new(),

@@ -11,11 +11,13 @@
 //! - [`lease`] and [`sweep`]: this server's leases and their renewal; the sweep that ends turns
 //!   whose lease ran out and wakes the sessions left waiting.
 //! - [`dispatch`]: waking worker processes' claims.
+//! - [`expiry`]: answering requests for input whose time ran out (v1.2).
 //! - [`slots`]: fair turn slots per client.
 
 pub mod coalesce;
 pub mod dispatch;
 mod emit;
+pub mod expiry;
 pub mod lease;
 pub mod mode;
 mod session;
@@ -132,6 +134,13 @@ impl Turns {
                 self.journal.expire_leases(i64::MAX).await?;
             }
         }
+        let turns = self.clone();
+        self.tasks.spawn(expiry::expire_inputs(
+            self.journal.clone(),
+            expiry::EXPIRY_EVERY,
+            move |session| turns.kick(session),
+            self.stopping.clone(),
+        ));
         if let Claimer::Here { .. } = self.mode.claimer() {
             for session in self.journal.sessions_with_queued_turns().await? {
                 self.kick(&session);
@@ -178,7 +187,9 @@ impl Turns {
         let Some(turn) = self.journal.turn(turn_id).await? else {
             return Err(Error::NotFound { what: "turn" });
         };
-        if turn.state == TurnState::Queued && self.cancel_queued(&turn).await? {
+        if matches!(turn.state, TurnState::Queued | TurnState::Waiting)
+            && self.cancel_idle(&turn).await?
+        {
             return Ok(TurnState::Cancelled);
         }
         let here = lock(&self.running).contains_key(turn_id);
@@ -210,11 +221,18 @@ impl Turns {
             .await?
             .map(|t| t.state)
             .unwrap_or(turn.state);
+        if matches!(after, TurnState::Queued | TurnState::Waiting)
+            && !self.mode.shared_journal()
+            && self.cancel_idle(&turn).await?
+        {
+            // Stopped here just as it parked for input (or was answered): end it idle.
+            after = TurnState::Cancelled;
+        }
         if !after.is_terminal() && self.mode.shared_journal() {
             // The turn may have moved meanwhile: claimed by another server while this one's
             // session loop, which had just tried to claim it too, held it briefly.
             let ended = match after {
-                TurnState::Queued => self.cancel_queued(&turn).await?,
+                TurnState::Queued | TurnState::Waiting => self.cancel_idle(&turn).await?,
                 _ => self.cancel_leased(turn_id).await?,
             };
             if ended {
@@ -229,19 +247,13 @@ impl Turns {
         Ok(after)
     }
 
-    /// Ends `turn` `cancelled` if it is still queued.
-    async fn cancel_queued(&self, turn: &TurnRow) -> Result<bool> {
+    /// Ends `turn` `cancelled` if nothing runs it: queued, waiting for input, or a continuation
+    /// not yet claimed (with the text its earlier runs showed).
+    async fn cancel_idle(&self, turn: &TurnRow) -> Result<bool> {
         let ended = self
             .journal
-            .end_turn(
-                &turn.turn_id,
-                TurnState::Cancelled,
-                String::new(),
-                None,
-                &[TurnState::Queued],
-            )
-            .await?
-            .is_some();
+            .end_idle_turn(&turn.turn_id, TurnState::Cancelled)
+            .await?;
         if ended {
             self.log_turn_end(turn, TurnState::Cancelled);
             lock(&self.clients).remove(&turn.turn_id);
@@ -261,6 +273,17 @@ impl Turns {
             self.mode.wake_claims();
         }
         Ok(ended)
+    }
+
+    /// `on_busy: interrupt` (v1.2): cancels the session's turns in flight other than `except`,
+    /// as by cancel, idle ones first so none of them starts meanwhile; `except` runs next.
+    pub async fn interrupt(&self, session_id: &str, except: &str) -> Result<()> {
+        let mut turns = self.journal.turns_in_flight(session_id, except).await?;
+        turns.sort_by_key(|t| t.state == TurnState::Running);
+        for turn in turns {
+            self.cancel(&turn.turn_id).await?;
+        }
+        Ok(())
     }
 
     /// Whether shutdown has begun (new messages are refused).

@@ -192,12 +192,23 @@ impl Turns {
             .agent_history(&turn.session_id, &turn.user_message_id, AGENT_HISTORY)
             .await
             .unwrap_or_default();
+        // A continuation goes on from what the turn showed before it waited.
+        let continuation = if turn.resumes > 0 {
+            Some(self.journal.turn_progress(turn).await?)
+        } else {
+            None
+        };
+        let text_so_far = continuation
+            .as_ref()
+            .map(|c| c.text.clone())
+            .unwrap_or_default();
         let ctx = TurnContext {
             session_id: turn.session_id.clone(),
             turn_id: turn.turn_id.clone(),
             user_message: user_message.content,
             attachments: user_message.attachments,
             history,
+            continuation,
         };
         let (sink, rx) = TurnSink::channel();
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -207,6 +218,7 @@ impl Turns {
                 turn.session_id.clone(),
                 turn.turn_id.clone(),
                 fence.clone().map(|token| (token, lost.clone())),
+                text_so_far,
             ),
             rx,
             stop_rx,
@@ -242,9 +254,43 @@ impl Turns {
             ((TurnState::Completed, _), Some(e)) => (TurnState::Failed, Some(e)),
             (outcome, _) => outcome,
         };
+        if state == TurnState::Completed && emitted.requests > 0 {
+            // The agent asked and returned: the turn waits for the answers, holding nothing.
+            self.journal_park(turn, fence.as_deref(), phase).await?;
+            return Ok(After::Next);
+        }
         self.journal_end(turn, fence.as_deref(), state, emitted.text, error, phase)
             .await?;
         Ok(After::Next)
+    }
+
+    /// Parks a turn whose agent asked for input, retrying while the storage refuses it (as
+    /// [`Turns::journal_end`] does). It waits, or, answered meanwhile, is next in line again.
+    async fn journal_park(
+        &self,
+        turn: &TurnRow,
+        fence: Option<&str>,
+        phase: &watch::Sender<Phase>,
+    ) -> Result<()> {
+        let mut backoff = RETRY;
+        loop {
+            let e = match self.journal.park_turn(&turn.turn_id, fence).await {
+                Ok(parked) => {
+                    tracing::debug!(turn = %turn.turn_id, ?parked, "turn parked for input");
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            let Some(fault) = e.storage_fault() else {
+                return Err(e);
+            };
+            tracing::warn!(turn = %turn.turn_id, error = %e, "cannot park the turn yet; retrying");
+            phase.send_replace(Phase::EndPending(fault));
+            tokio::select! {
+                _ = tokio::time::sleep(backoff.next()) => {}
+                _ = self.interrupt.cancelled() => return Err(e),
+            }
+        }
     }
 
     /// Journals a turn's end, retrying while the storage refuses it. Meanwhile the session's

@@ -230,6 +230,7 @@ pub fn ctx(user_message: &str, history: Vec<Message>) -> TurnContext {
         user_message: user_message.into(),
         attachments: Vec::new(),
         history,
+        continuation: None,
     }
 }
 

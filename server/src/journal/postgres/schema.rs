@@ -91,6 +91,31 @@ CREATE TABLE floors (
     r#"
 ALTER TABLE messages ADD COLUMN attachments TEXT;
 "#,
+    // v3 (SQLite's v6, contract v1.2, agents that ask): the requests an agent opened in a turn and their
+    // answers (the first one wins); `resumes` counts how often a turn continued after waiting
+    // (a queued turn with resumes > 0 is a continuation, shown `running`); a request still open
+    // when its turn ends is closed (`closed_at`); `waiting` turns are
+    // in flight like queued and running ones.
+    r#"
+CREATE TABLE input_requests (
+    turn_id       TEXT NOT NULL,
+    request_id    TEXT NOT NULL,
+    session_id    TEXT NOT NULL,
+    request       TEXT NOT NULL,
+    expires_at    BIGINT NOT NULL,
+    requested_seq BIGINT NOT NULL,
+    answer        TEXT,
+    answered_by   TEXT,
+    answered_at   BIGINT,
+    answered_seq  BIGINT,
+    closed_at     BIGINT,
+    PRIMARY KEY (turn_id, request_id)
+);
+CREATE INDEX input_requests_open ON input_requests(expires_at) WHERE answer IS NULL AND closed_at IS NULL;
+ALTER TABLE turns ADD COLUMN resumes BIGINT NOT NULL DEFAULT 0;
+DROP INDEX IF EXISTS turns_active;
+CREATE INDEX turns_active ON turns(session_id, queued_seq) WHERE state IN ('queued', 'running', 'waiting');
+"#,
 ];
 
 /// The schema version this build writes.

@@ -205,7 +205,14 @@ impl Bed {
     async fn queue(&self, session: &str, content: &str) -> TestResult<String> {
         let accepted = self
             .journal
-            .accept_message(session, content, Vec::new(), None, None, 64)
+            .accept_message(
+                session,
+                content,
+                Vec::new(),
+                None,
+                None,
+                crate::journal::Admission::enqueue(64),
+            )
             .await?;
         Ok(accepted.response.turn_id)
     }
