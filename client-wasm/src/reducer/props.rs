@@ -291,6 +291,16 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
         for e in s.until(p0) {
             prev.apply_event(e);
         }
+        // Answers the earlier page gave and this one never heard of: only its cache has them.
+        let mut i = 0;
+        while i < feeds.len() {
+            match &feeds[i] {
+                Feed::Respond(..) if d.below(3) == 0 => {
+                    feeds.remove(i).apply(s, &mut prev);
+                }
+                _ => i += 1,
+            }
+        }
         let at = d.below(feeds.len() + 1);
         feeds.insert(at, Feed::Cache(prev.to_cache()));
         cache_upto = Some(p0);
@@ -543,7 +553,7 @@ proptest! {
         // The reloaded page starts over: history, snapshot and stream from a fresh cursor.
         rest.push(Feed::History(p.head));
         rest.push(Feed::Snapshot(p.head));
-        rest.extend(p.feeds[at..].iter().filter(|f| matches!(f, Feed::Send(..) | Feed::Post(_) | Feed::Relay(_) | Feed::RelayPost(_) | Feed::Respond(..))).cloned());
+        rest.extend(p.feeds[at..].iter().filter(|f| matches!(f, Feed::Cache(_) | Feed::Send(..) | Feed::Post(_) | Feed::Relay(_) | Feed::RelayPost(_) | Feed::Respond(..))).cloned());
         let mut second = run(&s, &rest, false);
         if p.resynced { second.mark_gap(); }
         let mut got = second.view();
