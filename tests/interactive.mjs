@@ -162,14 +162,18 @@ scenario("a page reloaded while a question waits shows it from its cache, then f
     return page;
   });
 
-scenario("a client tool answered offline shows at once and is posted once when back",
+scenario("a client tool answered offline shows at once in both tabs and is posted once when back",
   ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
     const page = await openClient(context, server, session);
+    const sibling = await openClient(context, server, session);
     await live(page);
+    await live(sibling);
     const posts = [];
-    page.on("response", (r) => {
-      if (r.request().method() === "POST" && /\/api\/turns\/[^/]+\/input$/.test(r.url())) posts.push(r.status());
-    });
+    for (const p of [page, sibling]) {
+      p.on("response", (r) => {
+        if (r.request().method() === "POST" && /\/api\/turns\/[^/]+\/input$/.test(r.url())) posts.push(r.status());
+      });
+    }
     await page.evaluate(() => window.chat.send("/clienttool get_location"));
     const { request } = await asked(page, "client_tool");
     assertEq(request.tool?.name, "get_location", "the tool the page runs");
@@ -182,11 +186,13 @@ scenario("a client tool answered offline shows at once and is posted once when b
     const shown = await asked(page, "client_tool");
     assertEq(shown.request.answer, { output }, "the answer shows at once, offline");
     assert(shown.reply.status !== "waiting", "the reply no longer waits on this page");
+    await until("the other tab to show it too, offline", async () =>
+      JSON.stringify((await asked(sibling, "client_tool")).request.answer) === JSON.stringify({ output }));
     assertEq(posts.length, 0, "nothing reached the server while offline");
     await context.setOffline(false);
     assertEq(await page.evaluate(() => window.answered), { ok: true }, "respond resolves once the server has it");
-    await replied(page, "complete", `The tool returned: ${JSON.stringify(output)}`, "the reply to the tool's output");
-    assertEq(posts, [200], "the answer was posted once");
+    for (const p of [page, sibling]) await replied(p, "complete", `The tool returned: ${JSON.stringify(output)}`, "the reply to the tool's output");
+    assertEq(posts, [200], "the answer was posted once, by one of the tabs");
     const turn = await server.turn(shown.reply.turnId);
     assertEq(turn.requests?.map((r) => r.answer), [{ output }], "the server has it once");
     return page;

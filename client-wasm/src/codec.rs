@@ -476,6 +476,7 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
             turn_id: string(v, "turn_id")?,
             request_id: string(v, "request_id")?,
             answer: RawJson::trusted(v.get("answer")?.json()),
+            sent: boolean(v, "sent")?,
         },
         _ => return None,
     })
@@ -925,12 +926,14 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
             turn_id,
             request_id,
             answer,
+            sent,
         } => {
             o.str("type", "answer")
                 .str("session_id", session_id)
                 .str("turn_id", turn_id)
                 .str("request_id", request_id);
             o.key("answer").push_str(answer.as_str());
+            o.bool("sent", *sent);
         }
     }
     o.end();

@@ -45,13 +45,14 @@ pub enum TabMessage {
         info: Option<Box<TurnInfo>>,
     },
     /// A tab answered one of the agent's requests (contract v1.2): shown at once everywhere,
-    /// posted by whichever tab drains the outbox. (The server's verdict reaches every tab
-    /// through the stream; a second post of the same answer is answered 200.)
+    /// posted by whichever tab drains the outbox; told again with `sent` once the server took
+    /// it, so no other tab posts it too. (A refusal reaches every tab through the stream.)
     Answer {
         session_id: String,
         turn_id: String,
         request_id: String,
         answer: RawJson,
+        sent: bool,
     },
 }
 
@@ -99,8 +100,9 @@ impl TabMessage {
                 turn_id,
                 request_id,
                 answer,
+                sent,
                 ..
-            } => conv.answer_local(turn_id, request_id, answer, false),
+            } => conv.answer_local(turn_id, request_id, answer, *sent),
         }
     }
 }

@@ -366,6 +366,14 @@ fn written_bodies_are_what_serde_writes() {
             turn_id: "t1".into(),
             request_id: "r1".into(),
             answer: sim::answer(1, 1, true),
+            sent: false,
+        },
+        TabMessage::Answer {
+            session_id: "s1".into(),
+            turn_id: "t1".into(),
+            request_id: "r2".into(),
+            answer: sim::answer(1, 2, false),
+            sent: true,
         },
     ];
     for t in &tabs {

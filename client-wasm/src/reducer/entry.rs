@@ -255,12 +255,13 @@ impl AssistantEntry {
     }
 
     /// Records an answer given in this browser; the first one given stays, and `sent` only
-    /// goes from false to true.
+    /// goes from false to true (for that answer).
     pub fn offer_answer(&mut self, request_id: &str, answer: &RawJson, sent: bool) -> bool {
         match self.answers.iter_mut().find(|a| a.request_id == request_id) {
+            // Taken by the server is said of one answer: not of another given here first.
             Some(a) => {
-                let changed = sent && !a.sent;
-                a.sent |= sent;
+                let changed = sent && !a.sent && a.answer == *answer;
+                a.sent |= changed;
                 changed
             }
             None => {

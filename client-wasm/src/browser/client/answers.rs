@@ -78,6 +78,7 @@ impl Client {
             turn_id,
             request_id,
             answer,
+            sent: false,
         });
         let me = self.clone();
         spawn_local(async move {
@@ -98,6 +99,13 @@ impl Client {
             Ok(_) => {
                 self.update(|c| c.answer_posted(&a.turn_id, &a.request_id));
                 self.settle(&a.turn_id, &a.request_id, None);
+                self.broadcast(&TabMessage::Answer {
+                    session_id: self.endpoint.session_id.clone(),
+                    turn_id: a.turn_id,
+                    request_id: a.request_id,
+                    answer: a.answer,
+                    sent: true,
+                });
                 None
             }
             Err(HttpError::Status {
