@@ -174,6 +174,9 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
         event_id: string(v, "event_id")?,
         author: opt_string(v, "author")?,
         attachments: list(v, "attachments", attachment)?,
+        parent_id: opt_string(v, "parent_id")?,
+        siblings: None,
+        requests: list(v, "requests", turn_request)?,
     })
 }
 
@@ -255,7 +258,13 @@ pub fn event<V: Value>(v: &V) -> Option<Event> {
         "message_received" => EventBody::MessageReceived {
             message: message(&v.get("message")?)?,
         },
-        "turn_queued" => EventBody::TurnQueued {},
+        "turn_queued" => EventBody::TurnQueued {
+            reply_id: opt_string(v, "reply_id")?,
+            parent_id: opt_string(v, "parent_id")?,
+        },
+        "branch_changed" => EventBody::BranchChanged {
+            leaf_id: string(v, "leaf_id")?,
+        },
         "turn_started" => EventBody::TurnStarted {},
         "thinking" => EventBody::Thinking {
             delta: string(v, "delta")?,
@@ -317,6 +326,7 @@ pub fn history<V: Value>(v: &V) -> Option<HistoryResponse> {
             None => false,
             Some(b) => b.boolean()?,
         },
+        leaf_id: opt_string(v, "leaf_id")?,
     })
 }
 
@@ -690,6 +700,10 @@ fn write_message(out: &mut String, m: &Message) {
         .str("event_id", &m.event_id)
         .opt_str("author", m.author.as_deref());
     write_attachments(&mut o, &m.attachments);
+    if let Some(parent) = &m.parent_id {
+        o.str("parent_id", parent);
+    }
+    write_requests(&mut o, &m.requests);
     o.end();
 }
 

@@ -81,6 +81,9 @@ fn msg(n: u32, content: &str) -> Message {
         event_id: format!("ep1-{n}"),
         author: (n % 3 == 0).then(|| format!("user-{n}")),
         attachments: sim::attachments_of(n as usize),
+        parent_id: (n > 0).then(|| format!("m{}", n - 1)),
+        siblings: None,
+        requests: Vec::new(),
     }
 }
 

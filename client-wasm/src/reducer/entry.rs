@@ -205,7 +205,8 @@ impl Progress {
             EventBody::InputRequested(r) => merge_request(&mut self.requests, r),
             EventBody::InputGiven(g) => merge_answer(&mut self.requests, g),
             EventBody::MessageReceived { .. }
-            | EventBody::TurnQueued {}
+            | EventBody::TurnQueued { .. }
+            | EventBody::BranchChanged { .. }
             | EventBody::TurnEnded { .. } => {}
         }
         true

@@ -976,6 +976,26 @@ impl Conversation {
                     truncated: false,
                     error: None,
                 });
+                // The reply keeps what its turn asked and how it was answered (v1.2).
+                for r in &m.requests {
+                    match a
+                        .progress
+                        .requests
+                        .iter_mut()
+                        .find(|o| o.request_id == r.request_id)
+                    {
+                        None => {
+                            a.progress.requests.push(r.clone());
+                            changed = true;
+                        }
+                        Some(o) if o.answer.is_none() && r.answer.is_some() => {
+                            o.answer.clone_from(&r.answer);
+                            o.answered_by.clone_from(&r.answered_by);
+                            changed = true;
+                        }
+                        Some(_) => {}
+                    }
+                }
                 if unheard && !was_final && !a.recovered {
                     a.recovered = true;
                     changed = true;

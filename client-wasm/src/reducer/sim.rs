@@ -291,6 +291,9 @@ impl Builder {
             event_id: cursor(seq),
             author: (k % 2 == 0).then(|| format!("user-{k}")),
             attachments: attachments_of(k),
+            parent_id: None,
+            siblings: None,
+            requests: Vec::new(),
         };
         self.push(
             seq,
@@ -299,7 +302,14 @@ impl Builder {
         );
         // Accepting a message journals both in one transaction: nothing comes between them.
         self.seq += 1;
-        self.push(self.seq, Some(turn_id.clone()), EventBody::TurnQueued {});
+        self.push(
+            self.seq,
+            Some(turn_id.clone()),
+            EventBody::TurnQueued {
+                reply_id: Some(format!("a{k}")),
+                parent_id: Some(format!("m{k}")),
+            },
+        );
         self.sent.push(Sent {
             sender: spec.sender,
             client_message_id: client_message_id.clone(),
@@ -323,6 +333,24 @@ impl Builder {
 
     fn end(&mut self, k: usize, state: TurnState, text: &str, error: Option<String>) {
         let seq = self.next_seq();
+        // As the server does: the reply keeps its turn's requests and their answers (v1.2).
+        let turn = format!("t{k}");
+        let mut requests = Vec::new();
+        for e in self
+            .journal
+            .iter()
+            .filter(|e| e.turn_id.as_ref() == Some(&turn))
+        {
+            match &e.body {
+                EventBody::InputRequested(r) => {
+                    turnstream_protocol::input::merge_request(&mut requests, r)
+                }
+                EventBody::InputGiven(g) => {
+                    turnstream_protocol::input::merge_answer(&mut requests, g)
+                }
+                _ => {}
+            }
+        }
         let message = Message {
             message_id: format!("a{k}"),
             client_message_id: None,
@@ -334,6 +362,9 @@ impl Builder {
             event_id: cursor(seq),
             author: None,
             attachments: Vec::new(),
+            parent_id: Some(format!("m{k}")),
+            siblings: None,
+            requests,
         };
         self.push(
             seq,
@@ -374,6 +405,7 @@ impl SimSession {
             messages,
             cursor: cursor(c),
             has_more: false,
+            leaf_id: None,
         }
     }
 
@@ -401,7 +433,7 @@ impl SimSession {
         for e in self.until(c) {
             let Some(t) = &e.turn_id else { continue };
             match &e.body {
-                EventBody::TurnQueued {} => active.push(ActiveTurn::new(t.clone(), SESSION)),
+                EventBody::TurnQueued { .. } => active.push(ActiveTurn::new(t.clone(), SESSION)),
                 EventBody::TurnEnded { .. } => active.retain(|a| &a.turn_id != t),
                 body => {
                     if let Some(a) = active.iter_mut().find(|a| &a.turn_id == t) {

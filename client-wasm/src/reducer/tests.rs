@@ -34,6 +34,9 @@ fn user_msg(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Message {
         event_id: format!("e1-{seq}"),
         author: None,
         attachments: Vec::new(),
+        parent_id: None,
+        siblings: None,
+        requests: Vec::new(),
     }
 }
 
@@ -49,6 +52,9 @@ fn reply(seq: i64, n: u32, status: MessageStatus, content: &str) -> Message {
         event_id: format!("e1-{seq}"),
         author: None,
         attachments: Vec::new(),
+        parent_id: None,
+        siblings: None,
+        requests: Vec::new(),
     }
 }
 
@@ -88,6 +94,7 @@ fn history(cursor: &str, messages: Vec<Message>) -> HistoryResponse {
         messages,
         cursor: cursor.into(),
         has_more: false,
+        leaf_id: None,
     }
 }
 
@@ -318,6 +325,7 @@ fn attachments_show_from_every_source() {
         ],
         cursor: "e1-8".into(),
         has_more: false,
+        leaf_id: None,
     });
     let v = fresh.view();
     assert_eq!(v.messages[0].attachments, shown);
@@ -977,6 +985,7 @@ fn requests_come_from_snapshots_turn_statuses_and_the_cache() {
         messages: vec![user_msg(1, 1, Some("c1"), "deploy")],
         cursor: "e1-4".into(),
         has_more: false,
+        leaf_id: None,
     });
     c.apply_snapshot(&Snapshot {
         cursor: "e1-4".into(),
