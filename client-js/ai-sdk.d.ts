@@ -31,6 +31,14 @@ export type SetMessages<UI_MESSAGE extends UIMessage = UIMessage> = (update: (me
  * (`providerExecuted: true`) become UI message parts; a failed or interrupted turn ends with an
  * `error` chunk, a cancelled one with `abort`; aborting the request (`stop()`) cancels the turn
  * on the server.
+ *
+ * Agents that ask (contract v1.2): an approval the agent asks for is a tool part in
+ * `approval-requested` state (AI SDK 6 and 7), a client tool a tool call for `onToolCall`; the
+ * request ends there. Answered with `addToolApprovalResponse` or `addToolOutput`
+ * (`addToolResult` in AI SDK 5) and sent again (`sendAutomaticallyWhen`, e.g. the AI SDK's
+ * `lastAssistantMessageIsCompleteWithApprovalResponses` / `...WithToolCalls`), the answers go
+ * to the turn (`ChatClient.respond`) and the same turn streams on into the same reply. A
+ * question (`kind: "question"`) has no AI SDK part: answer it with `ChatClient.respond`.
  */
 export declare class TurnstreamChatTransport<UI_MESSAGE extends UIMessage = UIMessage> implements ChatTransport<UI_MESSAGE> {
   constructor(options?: TurnstreamChatTransportOptions);

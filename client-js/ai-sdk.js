@@ -5,7 +5,8 @@
 import init, { ChatClient } from "./turnstream.js";
 
 const ENDED = new Set(["complete", "cancelled", "failed", "interrupted"]);
-const IN_FLIGHT = new Set(["queued", "running"]);
+/** A turn state the server reports that is not an end: a later contract's is in flight too. */
+const inFlight = (state) => !["completed", "cancelled", "failed", "interrupted", "unknown"].includes(state);
 /** How long `reconnectToStream` waits for the stream to be live before it decides from what it has. */
 const LIVE_WAIT_MS = 10_000;
 /** How long `messages` waits for the server's history before it answers with the cache. */
@@ -117,6 +118,7 @@ export class TurnstreamChatTransport {
       throw new Error("turnstream: regenerating a reply is not supported (send the message again)");
     }
     const last = messages?.[messages.length - 1];
+    if (last?.role === "assistant") return this.#answer(chatId, last, abortSignal);
     if (!last || last.role !== "user") throw new Error("turnstream: the last message must be the user's");
     const parts = last.parts ?? [];
     const text = parts.filter((p) => p.type === "text").map((p) => p.text).join("");
@@ -156,7 +158,7 @@ export class TurnstreamChatTransport {
     // The view may be a cache, or the stream's snapshot may not have arrived yet: ask the server.
     const serverState = await this.#turnState(last.turnId).catch(() => null);
     if (abortSignal?.aborted) return null;
-    if (serverState ? !IN_FLIGHT.has(serverState) : !reply) return null;
+    if (serverState ? !inFlight(serverState) : !reply) return null;
     // Turns run one at a time per session, oldest first: resume the oldest one still open.
     let turnId = last.turnId;
     for (let i = users.length - 2; i >= 0; i--) {
@@ -177,6 +179,33 @@ export class TurnstreamChatTransport {
     this.#clients.clear();
     this.#chats.clear();
     await Promise.all(clients.map((p) => p.then((c) => c.close(), () => {})));
+  }
+
+  /**
+   * useChat answered the agent's requests in its last reply (`addToolApprovalResponse`, or
+   * `addToolOutput` after `onToolCall`) and sends again: the answers go to the turn's requests
+   * and the same turn streams on into that reply, with no new user message.
+   */
+  async #answer(chatId, last, abortSignal) {
+    const client = await this.client(chatId);
+    const entry = client.state().messages.find((m) => m.role === "assistant" && m.key === last.id);
+    if (!entry) throw new Error("turnstream: the reply to continue is not this chat's");
+    for (const p of last.parts ?? []) {
+      const r = entry.requests.find((q) => q.tool?.callId === p.toolCallId && q.answer == null);
+      let answer = null;
+      if (r?.kind === "approval" && p.state === "approval-responded" && p.approval) {
+        answer = { approved: p.approval.approved === true };
+        if (typeof p.approval.reason === "string") answer.reason = p.approval.reason;
+      } else if (r?.kind === "client_tool" && p.state === "output-available") {
+        answer = { output: p.output ?? null };
+      } else if (r?.kind === "client_tool" && p.state === "output-error") {
+        answer = { error: String(p.errorText ?? "the tool failed") };
+      }
+      // Posted now or once back online; a refusal (another tab answered first) shows in the
+      // client's state, whose answer the reply then carries.
+      if (answer) client.respond(r.requestId, answer).catch(() => {});
+    }
+    return followTurn(client, { turnId: entry.turnId, from: entry }, abortSignal, this.#chat(chatId));
   }
 
   async #turnState(turnId) {
@@ -227,8 +256,30 @@ function uiMessage(m, id) {
     else if (t.status === "failed") Object.assign(part, { state: "output-error", errorText: t.outputPreview || "the tool failed" });
     parts.push(part);
   }
+  for (const r of m.requests ?? []) {
+    const part = requestPart(r);
+    if (part) parts.push(part);
+  }
   if (m.content) parts.push({ type: "text", text: m.content, state: done ? "done" : "streaming" });
   return parts.length ? { id, role: "assistant", parts } : null;
+}
+
+/**
+ * An approval or a client tool as the AI SDK's tool part: `approval-requested` until answered
+ * (then `approval-responded`), `input-available` until the tool's output (or error) is given.
+ * A question has no AI SDK part: it stays in `ChatClient`'s state.
+ */
+function requestPart(r) {
+  if (!r.tool || r.kind === "question") return null;
+  const part = { type: `tool-${r.tool.name}`, toolCallId: r.tool.callId, state: "input-available", input: r.tool.input };
+  const a = r.answer;
+  if (r.kind === "approval") {
+    part.approval = { id: r.requestId };
+    if (a && "approved" in a) Object.assign(part, { state: "approval-responded", approval: { id: r.requestId, approved: a.approved, reason: a.reason } });
+    else part.state = "approval-requested";
+  } else if (a && "output" in a) Object.assign(part, { state: "output-available", output: a.output });
+  else if (a && ("error" in a || "timed_out" in a)) Object.assign(part, { state: "output-error", errorText: a.error ?? "timed out" });
+  return part;
 }
 
 /**
@@ -390,6 +441,7 @@ const parsePreview = (s) => {
  */
 function followTurn(client, target, signal, chat) {
   let turnId = target.turnId ?? null;
+  const from = target.from;
   // While useChat reads it, watchers leave this turn's reply to useChat.
   const follow = { clientMessageId: target.clientMessageId, turnId };
   chat.follows.add(follow);
@@ -400,9 +452,11 @@ function followTurn(client, target, signal, chat) {
   let started = false;
   let open = null; // the text or reasoning part being streamed: { kind, id }
   let parts = 0;
-  let text = "";
-  let thinking = "";
-  const tools = new Map(); // callId -> { input: bool, output: bool }
+  // A continuation picks up where useChat's copy of the reply is (`from`: the entry then).
+  let text = from?.content ?? "";
+  let thinking = from?.thinking ?? "";
+  const tools = new Map((from?.tools ?? []).map((t) => [t.callId, { output: t.status === "finished" || t.status === "failed" }]));
+  const asked = new Set((from?.requests ?? []).map((r) => r.requestId));
   let controller;
 
   const stop = () => {
@@ -464,6 +518,8 @@ function followTurn(client, target, signal, chat) {
     if (!started) {
       started = true;
       emit({ type: "start", messageId: entry.key });
+      // A new step of the same reply: what useChat answered is the step before it.
+      if (from) emit({ type: "start-step" });
     }
     if (entry.thinking.length > thinking.length && entry.thinking.startsWith(thinking)) {
       emit({ type: "reasoning-delta", id: openPart("reasoning"), delta: entry.thinking.slice(thinking.length) });
@@ -484,9 +540,24 @@ function followTurn(client, target, signal, chat) {
           : { type: "tool-output-error", toolCallId: t.callId, errorText: t.outputPreview || "the tool failed", providerExecuted: true });
       }
     }
+    for (const r of entry.requests) {
+      if (asked.has(r.requestId) || !requestPart(r)) continue;
+      asked.add(r.requestId);
+      closePart();
+      emit({ type: "tool-input-available", toolCallId: r.tool.callId, toolName: r.tool.name, input: r.tool.input });
+      if (r.kind === "approval") emit({ type: "tool-approval-request", approvalId: r.requestId, toolCallId: r.tool.callId });
+    }
     if (entry.content.length > text.length && entry.content.startsWith(text)) {
       emit({ type: "text-delta", id: openPart("text"), delta: entry.content.slice(text.length) });
       text = entry.content;
+    }
+    // Waiting on useChat (an approval, a client tool): this request ends here, as a model's
+    // step that calls a tool does; useChat's answer sends again and the turn streams on.
+    if (entry.status === "waiting" && entry.requests.some((r) => r.answer == null && requestPart(r))) {
+      closePart();
+      emit({ type: "finish" });
+      end();
+      return;
     }
     if (ENDED.has(entry.status)) {
       closePart();

@@ -1,4 +1,4 @@
-import type { CancelResult, ChatClient, ChatState, ConnectOptions, InitInput, LoadOlderResult, SendResult } from "./turnstream.js";
+import type { CancelResult, ChatClient, ChatState, ConnectOptions, InitInput, LoadOlderResult, RequestAnswer, SendOptions, SendResult } from "./turnstream.js";
 
 export interface UseTurnstreamOptions extends ConnectOptions {
   /** Passed to the package's `init` on the first connect when its wasm is not next to its JS. */
@@ -10,8 +10,10 @@ export interface UseTurnstreamResult {
    *  with `connection: "connecting"`. */
   readonly state: ChatState;
   /** `ChatClient.send`; waits for the client when it is still connecting. */
-  send(content: string): Promise<SendResult>;
-  /** `ChatClient.cancel`; without a turn id, the session's oldest queued or running turn
+  send(content: string, options?: SendOptions): Promise<SendResult>;
+  /** `ChatClient.respond`: answers a request of the agent (`state.messages[].requests[]`). */
+  respond(requestId: string, answer: RequestAnswer | string): Promise<void>;
+  /** `ChatClient.cancel`; without a turn id, the session's oldest queued, running or waiting turn
    *  (resolves `null` when there is none). */
   cancel(turnId?: string): Promise<CancelResult | null>;
   /** `ChatClient.loadOlder`. */
@@ -23,7 +25,7 @@ export interface UseTurnstreamResult {
 /**
  * A ChatClient for the life of the component: connects on mount, closes on unmount, connects
  * again when `sessionId`, `baseUrl`, `storage` or `historyLimit` change (a new `getToken`
- * function does not reconnect; the latest is always called). `send`, `cancel` and `loadOlder`
+ * function does not reconnect; the latest is always called). `send`, `respond`, `cancel` and `loadOlder`
  * keep their identity across renders.
  */
 export declare function useTurnstream(options: UseTurnstreamOptions): UseTurnstreamResult;

@@ -21,7 +21,7 @@ const noSubscription = () => () => {};
 /**
  * Connects a ChatClient on mount, closes it on unmount, and connects again when `sessionId`,
  * `baseUrl`, `storage` or `historyLimit` change (a new `getToken` function does not reconnect:
- * the latest one is always called). Returns `{ state, send, cancel, loadOlder, client }`.
+ * the latest one is always called). Returns `{ state, send, respond, cancel, loadOlder, client }`.
  */
 export function useTurnstream(options) {
   const { baseUrl, sessionId, storage, historyLimit, getToken, wasm } = options ?? {};
@@ -83,18 +83,20 @@ export function useTurnstream(options) {
     if (!p) throw new Error("turnstream: useTurnstream is not mounted");
     return p.promise;
   }, []);
-  const send = useCallback(async (content) => (await current()).send(content), [current]);
+  const send = useCallback(async (content, opts) => (await current()).send(content, opts), [current]);
+  /** Answers a request of the agent (`state.messages[].requests[]`). */
+  const respond = useCallback(async (requestId, answer) => (await current()).respond(requestId, answer), [current]);
   const loadOlder = useCallback(async () => (await current()).loadOlder(), [current]);
   /** Cancels `turnId`, or without one the session's oldest queued or running turn. */
   const cancel = useCallback(async (turnId) => {
     const c = await current();
     if (turnId === undefined) {
-      const open = c.state().messages.find((m) => m.role === "assistant" && (m.status === "queued" || m.status === "streaming"));
+      const open = c.state().messages.find((m) => m.role === "assistant" && (m.status === "queued" || m.status === "streaming" || m.status === "waiting"));
       if (!open) return null;
       turnId = open.turnId;
     }
     return c.cancel(turnId);
   }, [current]);
 
-  return { state, send, cancel, loadOlder, client };
+  return { state, send, respond, cancel, loadOlder, client };
 }

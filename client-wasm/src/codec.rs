@@ -13,12 +13,13 @@
 
 use turnstream_protocol::{
     ActiveTurn, Attachment, CancelResponse, ErrorDetail, Event, EventBody, HistoryResponse,
-    Message, MessageStatus, PostMessageResponse, ResyncReason, ResyncRequired, Role as WireRole,
-    Snapshot, ToolCall, ToolStatus, Truncation, TurnInfo, TurnState,
+    InputGiven, InputRequest, Message, MessageStatus, OnBusy, PostMessageResponse, RawJson,
+    RequestKind, ResyncReason, ResyncRequired, Role as WireRole, Snapshot, ToolCall, ToolRequest,
+    ToolStatus, Truncation, TurnInfo, TurnRequest, TurnState,
 };
 
 use crate::reducer::entry::{
-    AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus,
+    AssistantEntry, EntryError, Final, FinalSource, LocalAnswer, Progress, UserEntry, UserStatus,
 };
 use crate::reducer::CacheRecord;
 use crate::relay::{Relay, StreamState, Want};
@@ -34,6 +35,8 @@ pub trait Value: Sized {
     fn boolean(&self) -> Option<bool>;
     /// The elements of an array.
     fn items(&self) -> Option<Vec<Self>>;
+    /// The value as compact JSON text (`JSON.stringify`).
+    fn json(&self) -> String;
 }
 
 // ----- reading: fields -----
@@ -100,6 +103,21 @@ fn variant<V: Value, T>(v: &V, key: &str, parse: fn(&str) -> Option<T>) -> Optio
     parse(&string(v, key)?)
 }
 
+/// A turn's state. One this SDK does not know reads as `running` (an in-flight state added by
+/// a later contract, as `waiting` was by v1.2, must not make the whole answer unreadable).
+fn turn_state<V: Value>(v: &V, key: &str) -> Option<TurnState> {
+    Some(TurnState::parse(&string(v, key)?).unwrap_or(TurnState::Running))
+}
+
+/// Any JSON value, as its text; missing reads as `null`.
+fn raw<V: Value>(v: &V, key: &str) -> RawJson {
+    RawJson::trusted(v.get(key).map_or_else(|| "null".to_owned(), |x| x.json()))
+}
+
+fn strings_of<V: Value>(v: &V) -> Option<Vec<String>> {
+    v.items()?.iter().map(Value::string).collect()
+}
+
 // ----- enums: the protocol's own names (`as_str`, `parse`), and the SDK's -----
 
 pub fn turn_state_name(s: TurnState) -> &'static str {
@@ -156,6 +174,9 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
         event_id: string(v, "event_id")?,
         author: opt_string(v, "author")?,
         attachments: list(v, "attachments", attachment)?,
+        parent_id: opt_string(v, "parent_id")?,
+        siblings: None,
+        requests: list(v, "requests", turn_request)?,
     })
 }
 
@@ -186,13 +207,64 @@ fn truncation<V: Value>(v: &V) -> Option<Truncation> {
     })
 }
 
+fn tool_request<V: Value>(v: &V) -> Option<ToolRequest> {
+    Some(ToolRequest {
+        call_id: string(v, "call_id")?,
+        name: string(v, "name")?,
+        input: raw(v, "input"),
+    })
+}
+
+/// A request's fields but its kind.
+fn input_request<V: Value>(v: &V, kind: RequestKind) -> Option<InputRequest> {
+    Some(InputRequest {
+        request_id: string(v, "request_id")?,
+        kind,
+        tool: opt(v, "tool", tool_request)?,
+        prompt: opt_string(v, "prompt")?,
+        options: opt(v, "options", strings_of)?,
+        expires_at: opt_int(v, "expires_at")?,
+    })
+}
+
+/// A request with its answer, as snapshots and turn statuses list them.
+pub fn turn_request<V: Value>(v: &V) -> Option<TurnRequest> {
+    let r = input_request(v, variant(v, "kind", RequestKind::parse)?)?;
+    Some(TurnRequest {
+        request_id: r.request_id,
+        kind: r.kind,
+        tool: r.tool,
+        prompt: r.prompt,
+        options: r.options,
+        expires_at: r.expires_at,
+        answer: v.get("answer").map(|a| RawJson::trusted(a.json())),
+        answered_by: opt_string(v, "answered_by")?,
+    })
+}
+
+/// An `input_given` event's body, and the winner a `409 input_already_given` names.
+pub fn input_given<V: Value>(v: &V) -> Option<InputGiven> {
+    Some(InputGiven {
+        request_id: string(v, "request_id")?,
+        by: opt_string(v, "by")?,
+        answer: raw(v, "answer"),
+    })
+}
+
 /// A journaled event (the `data:` of a stream frame).
 pub fn event<V: Value>(v: &V) -> Option<Event> {
-    let body = match string(v, "kind")?.as_str() {
+    let kind = string(v, "kind")?;
+    let body = match kind.as_str() {
         "message_received" => EventBody::MessageReceived {
             message: message(&v.get("message")?)?,
         },
-        "turn_queued" => EventBody::TurnQueued {},
+        "turn_queued" => EventBody::TurnQueued {
+            reply_id: opt_string(v, "reply_id")?,
+            parent_id: opt_string(v, "parent_id")?,
+        },
+        "branch_changed" => EventBody::BranchChanged {
+            leaf_id: string(v, "leaf_id")?,
+        },
         "turn_started" => EventBody::TurnStarted {},
         "thinking" => EventBody::Thinking {
             delta: string(v, "delta")?,
@@ -202,11 +274,13 @@ pub fn event<V: Value>(v: &V) -> Option<Event> {
             delta: string(v, "delta")?,
         },
         "turn_ended" => EventBody::TurnEnded {
-            state: variant(v, "state", TurnState::parse)?,
+            state: turn_state(v, "state")?,
             message: opt(v, "message", message)?,
             error: opt_string(v, "error")?,
         },
-        _ => return None,
+        "input_given" => EventBody::InputGiven(input_given(v)?),
+        // An `input_requested` event's `kind` is its request's.
+        k => EventBody::InputRequested(input_request(v, RequestKind::parse(k)?)?),
     };
     Some(Event {
         id: string(v, "id")?,
@@ -222,10 +296,11 @@ fn active_turn<V: Value>(v: &V) -> Option<ActiveTurn> {
     Some(ActiveTurn {
         turn_id: string(v, "turn_id")?,
         session_id: string(v, "session_id")?,
-        state: variant(v, "state", TurnState::parse)?,
+        state: turn_state(v, "state")?,
         thinking: string(v, "thinking")?,
         tools: list(v, "tools", tool_call)?,
         text: string(v, "text")?,
+        requests: list(v, "requests", turn_request)?,
     })
 }
 
@@ -251,6 +326,7 @@ pub fn history<V: Value>(v: &V) -> Option<HistoryResponse> {
             None => false,
             Some(b) => b.boolean()?,
         },
+        leaf_id: opt_string(v, "leaf_id")?,
     })
 }
 
@@ -258,7 +334,7 @@ pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
     Some(TurnInfo {
         turn_id: string(v, "turn_id")?,
         session_id: string(v, "session_id")?,
-        state: variant(v, "state", TurnState::parse)?,
+        state: turn_state(v, "state")?,
         created_at: int(v, "created_at")?,
         started_at: opt_int(v, "started_at")?,
         ended_at: opt_int(v, "ended_at")?,
@@ -269,6 +345,7 @@ pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
         error: opt_string(v, "error")?,
         // The SDK shows no token counts; the field is v1.1's and optional.
         usage: None,
+        requests: list(v, "requests", turn_request)?,
     })
 }
 
@@ -284,7 +361,7 @@ pub fn post_response<V: Value>(v: &V) -> Option<PostMessageResponse> {
 pub fn cancel_response<V: Value>(v: &V) -> Option<CancelResponse> {
     Some(CancelResponse {
         turn_id: string(v, "turn_id")?,
-        state: variant(v, "state", TurnState::parse)?,
+        state: turn_state(v, "state")?,
     })
 }
 
@@ -324,6 +401,7 @@ fn user_entry<V: Value>(v: &V) -> Option<UserEntry> {
         send_order: u64::try_from(int(v, "send_order")?).ok()?,
         author: opt_string(v, "author")?,
         attachments: list(v, "attachments", attachment)?,
+        on_busy: opt(v, "on_busy", |b| OnBusy::parse(&b.string()?))?,
     })
 }
 
@@ -334,6 +412,7 @@ fn progress<V: Value>(v: &V) -> Option<Progress> {
         text: string(v, "text")?,
         thinking: string(v, "thinking")?,
         tools: list(v, "tools", tool_call)?,
+        requests: list(v, "requests", turn_request)?,
     })
 }
 
@@ -355,6 +434,15 @@ fn assistant_entry<V: Value>(v: &V) -> Option<AssistantEntry> {
         progress: progress(&v.get("progress")?)?,
         fin: opt(v, "final", final_of)?,
         recovered: boolean(v, "recovered")?,
+        answers: list(v, "answers", local_answer)?,
+    })
+}
+
+fn local_answer<V: Value>(v: &V) -> Option<LocalAnswer> {
+    Some(LocalAnswer {
+        request_id: string(v, "request_id")?,
+        answer: RawJson::trusted(v.get("answer")?.json()),
+        sent: boolean(v, "sent")?,
     })
 }
 
@@ -377,6 +465,7 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
             content: string(v, "content")?,
             attachments: list(v, "attachments", attachment)?,
             created_at: int(v, "created_at")?,
+            on_busy: opt(v, "on_busy", |b| OnBusy::parse(&b.string()?))?,
         },
         "posted" => TabMessage::Posted {
             session_id,
@@ -392,12 +481,19 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
             turn_id: string(v, "turn_id")?,
             info: opt(v, "info", turn_info)?.map(Box::new),
         },
+        "answer" => TabMessage::Answer {
+            session_id,
+            turn_id: string(v, "turn_id")?,
+            request_id: string(v, "request_id")?,
+            answer: RawJson::trusted(v.get("answer")?.json()),
+            sent: boolean(v, "sent")?,
+        },
         _ => return None,
     })
 }
 
 fn strings<V: Value>(v: &V, key: &str) -> Option<Vec<String>> {
-    v.get(key)?.items()?.iter().map(Value::string).collect()
+    strings_of(&v.get(key)?)
 }
 
 pub fn relay<V: Value>(v: &V) -> Option<Relay> {
@@ -604,6 +700,10 @@ fn write_message(out: &mut String, m: &Message) {
         .str("event_id", &m.event_id)
         .opt_str("author", m.author.as_deref());
     write_attachments(&mut o, &m.attachments);
+    if let Some(parent) = &m.parent_id {
+        o.str("parent_id", parent);
+    }
+    write_requests(&mut o, &m.requests);
     o.end();
 }
 
@@ -622,6 +722,52 @@ fn write_tool(out: &mut String, t: &ToolCall) {
     o.end();
 }
 
+fn write_tool_request(out: &mut String, t: &ToolRequest) {
+    let mut o = Obj::new(out);
+    o.str("call_id", &t.call_id).str("name", &t.name);
+    o.key("input").push_str(t.input.as_str());
+    o.end();
+}
+
+/// A request and its answer, fields skipped when absent as the protocol's serde does.
+fn write_turn_request(out: &mut String, r: &TurnRequest) {
+    let mut o = Obj::new(out);
+    o.str("request_id", &r.request_id)
+        .str("kind", r.kind.as_str());
+    if let Some(t) = &r.tool {
+        write_tool_request(o.key("tool"), t);
+    }
+    if let Some(p) = &r.prompt {
+        o.str("prompt", p);
+    }
+    if let Some(options) = &r.options {
+        o.list("options", options, write_strings);
+    }
+    if let Some(at) = r.expires_at {
+        o.int("expires_at", at);
+    }
+    if let Some(a) = &r.answer {
+        o.key("answer").push_str(a.as_str());
+    }
+    if let Some(by) = &r.answered_by {
+        o.str("answered_by", by);
+    }
+    o.end();
+}
+
+/// `"requests": [...]`, skipped when empty as the protocol's serde does.
+fn write_requests(o: &mut Obj<'_>, requests: &[TurnRequest]) {
+    if !requests.is_empty() {
+        o.list("requests", requests, write_turn_request);
+    }
+}
+
+fn write_on_busy(o: &mut Obj<'_>, on_busy: Option<OnBusy>) {
+    if let Some(b) = on_busy {
+        o.str("on_busy", b.as_str());
+    }
+}
+
 fn write_turn_info(out: &mut String, t: &TurnInfo) {
     let mut o = Obj::new(out);
     o.str("turn_id", &t.turn_id)
@@ -637,7 +783,9 @@ fn write_turn_info(out: &mut String, t: &TurnInfo) {
         Some(m) => write_message(o.key("message"), m),
         None => o.key("message").push_str("null"),
     }
-    o.opt_str("error", t.error.as_deref()).end();
+    o.opt_str("error", t.error.as_deref());
+    write_requests(&mut o, &t.requests);
+    o.end();
 }
 
 fn write_post_response(out: &mut String, r: &PostMessageResponse) {
@@ -677,17 +825,26 @@ fn write_user(out: &mut String, u: &UserEntry) {
         )
         .opt_str("author", u.author.as_deref());
     write_attachments(&mut o, &u.attachments);
+    write_on_busy(&mut o, u.on_busy);
     o.end();
 }
 
 fn write_progress(out: &mut String, p: &Progress) {
-    Obj::new(out)
-        .opt_int("through", p.through)
+    let mut o = Obj::new(out);
+    o.opt_int("through", p.through)
         .bool("running", p.running)
         .str("text", &p.text)
         .str("thinking", &p.thinking)
-        .list("tools", &p.tools, write_tool)
-        .end();
+        .list("tools", &p.tools, write_tool);
+    write_requests(&mut o, &p.requests);
+    o.end();
+}
+
+fn write_local_answer(out: &mut String, a: &LocalAnswer) {
+    let mut o = Obj::new(out);
+    o.str("request_id", &a.request_id);
+    o.key("answer").push_str(a.answer.as_str());
+    o.bool("sent", a.sent).end();
 }
 
 fn write_final(out: &mut String, f: &Final) {
@@ -709,7 +866,11 @@ fn write_turn(out: &mut String, a: &AssistantEntry) {
         Some(f) => write_final(o.key("final"), f),
         None => o.key("final").push_str("null"),
     }
-    o.bool("recovered", a.recovered).end();
+    o.bool("recovered", a.recovered);
+    if !a.answers.is_empty() {
+        o.list("answers", &a.answers, write_local_answer);
+    }
+    o.end();
 }
 
 pub fn cache_record_json(rec: &CacheRecord) -> String {
@@ -734,6 +895,7 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
             content,
             attachments,
             created_at,
+            on_busy,
         } => {
             o.str("type", "optimistic")
                 .str("session_id", session_id)
@@ -741,6 +903,7 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
                 .str("content", content);
             write_attachments(&mut o, attachments);
             o.int("created_at", *created_at);
+            write_on_busy(&mut o, *on_busy);
         }
         TabMessage::Posted {
             session_id,
@@ -771,6 +934,20 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
                 Some(i) => write_turn_info(o.key("info"), i),
                 None => o.key("info").push_str("null"),
             }
+        }
+        TabMessage::Answer {
+            session_id,
+            turn_id,
+            request_id,
+            answer,
+            sent,
+        } => {
+            o.str("type", "answer")
+                .str("session_id", session_id)
+                .str("turn_id", turn_id)
+                .str("request_id", request_id);
+            o.key("answer").push_str(answer.as_str());
+            o.bool("sent", *sent);
         }
     }
     o.end();
@@ -851,13 +1028,26 @@ pub fn post_request_json(
     content: &str,
     client_message_id: &str,
     attachments: &[Attachment],
+    on_busy: Option<OnBusy>,
 ) -> String {
     let mut out = String::new();
     let mut o = Obj::new(&mut out);
     o.str("content", content)
         .str("client_message_id", client_message_id);
     write_attachments(&mut o, attachments);
+    write_on_busy(&mut o, on_busy);
     o.end();
+    out
+}
+
+/// The body of `POST /api/turns/{turn}/input`: the request's id and the answer's fields (an
+/// answer is always an object: `{"approved": ...}`, `{"output": ...}`, ...).
+pub fn input_request_json(request_id: &str, answer: &RawJson) -> String {
+    let mut out = String::new();
+    Obj::new(&mut out).str("request_id", request_id);
+    // `{"request_id":"r"}` and the answer's `"key":value,...}` after a comma.
+    out.push(',');
+    out.push_str(answer.as_str().get(1..).unwrap_or("}"));
     out
 }
 

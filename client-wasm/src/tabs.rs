@@ -3,7 +3,9 @@
 //! turn-status checks). Each is keyed by id and merged like any other source, never by arrival.
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::{Attachment, ErrorDetail, PostMessageResponse, TurnInfo};
+use turnstream_protocol::{
+    Attachment, ErrorDetail, OnBusy, PostMessageResponse, RawJson, TurnInfo,
+};
 
 use crate::reducer::Conversation;
 
@@ -20,6 +22,9 @@ pub enum TabMessage {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         attachments: Vec<Attachment>,
         created_at: i64,
+        /// Its `on_busy` (contract v1.2); absent for the default.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_busy: Option<OnBusy>,
     },
     /// The server accepted a message.
     Posted {
@@ -39,6 +44,16 @@ pub enum TabMessage {
         /// Boxed: a turn's status is far larger than the other messages.
         info: Option<Box<TurnInfo>>,
     },
+    /// A tab answered one of the agent's requests (contract v1.2): shown at once everywhere,
+    /// posted by whichever tab drains the outbox; told again with `sent` once the server took
+    /// it, so no other tab posts it too. (A refusal reaches every tab through the stream.)
+    Answer {
+        session_id: String,
+        turn_id: String,
+        request_id: String,
+        answer: RawJson,
+        sent: bool,
+    },
 }
 
 impl TabMessage {
@@ -47,7 +62,8 @@ impl TabMessage {
             TabMessage::Optimistic { session_id, .. }
             | TabMessage::Posted { session_id, .. }
             | TabMessage::Rejected { session_id, .. }
-            | TabMessage::Recovered { session_id, .. } => session_id,
+            | TabMessage::Recovered { session_id, .. }
+            | TabMessage::Answer { session_id, .. } => session_id,
         }
     }
 
@@ -62,8 +78,15 @@ impl TabMessage {
                 content,
                 attachments,
                 created_at,
+                on_busy,
                 ..
-            } => conv.apply_optimistic(client_message_id, content, attachments, *created_at),
+            } => conv.apply_optimistic(
+                client_message_id,
+                content,
+                attachments,
+                *created_at,
+                *on_busy,
+            ),
             TabMessage::Posted { response, .. } => conv.apply_post_response(response),
             TabMessage::Rejected {
                 client_message_id,
@@ -73,6 +96,13 @@ impl TabMessage {
             TabMessage::Recovered { turn_id, info, .. } => {
                 conv.apply_turn_info(turn_id, info.as_deref())
             }
+            TabMessage::Answer {
+                turn_id,
+                request_id,
+                answer,
+                sent,
+                ..
+            } => conv.answer_local(turn_id, request_id, answer, *sent),
         }
     }
 }

@@ -106,10 +106,14 @@ pub struct Message {
     /// before v1.2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
-    /// In history (v1.2): this message's place among its parent's children, oldest first.
-    /// Omitted in events.
+    /// In history (v1.2): this message's place among its parent's children, oldest first, when
+    /// it has other versions (omitted when it is the only one, and in events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub siblings: Option<Siblings>,
+    /// On an assistant message (v1.2): the requests for input its turn opened, with their
+    /// answers; omitted when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<crate::TurnRequest>,
 }
 
 /// A message's place among its parent's children (contract v1.2): versions made by edits (user

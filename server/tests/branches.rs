@@ -74,8 +74,12 @@ fn contents(h: &HistoryResponse) -> Vec<&str> {
     h.messages.iter().map(|m| m.content.as_str()).collect()
 }
 
+/// A message's place among its siblings; none said: the only version.
 fn place(m: &Message) -> (u32, u32) {
-    m.siblings.as_ref().map_or((9, 9), |s| (s.index, s.count))
+    m.siblings.as_ref().map_or((0, 1), |s| {
+        assert!(s.count > 1, "siblings are said only when there are some");
+        (s.index, s.count)
+    })
 }
 
 /// Each message follows the one before it: a linear branch.

@@ -97,6 +97,23 @@ async fn an_approval_waits_then_continues_with_the_answer() -> TestResult {
     let (_, page) = s.get_json(&format!("/api/turns/{}", sent.turn_id)).await?;
     assert_eq!(page["requests"][0]["kind"], "approval");
     assert_eq!(page["requests"][0]["answer"]["approved"], true);
+    // The reply keeps its requests and their answers, in its event and in history alike.
+    let ended = events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::TurnEnded {
+                message: Some(m), ..
+            } => Some(m.clone()),
+            _ => None,
+        })
+        .ok_or("no turn_ended")?;
+    assert_eq!(ended.requests.len(), 1);
+    assert_eq!(
+        ended.requests[0].answer.as_ref().map(|a| a.as_str()),
+        Some(r#"{"approved":true}"#)
+    );
+    let (history, _) = s.history("a1").await?;
+    assert_eq!(history.messages.last(), Some(&ended));
     Ok(())
 }
 

@@ -64,7 +64,7 @@ export async function buildPages() {
   }
   const pages = [
     ...AI_MAJORS.map((major) => ({
-      name: `ai${major}`, entry: "pages/ai-chat.jsx", alias: { "@ai-sdk/react": `ai-react${major}` },
+      name: `ai${major}`, entry: "pages/ai-chat.jsx", alias: { "@ai-sdk/react": `ai-react${major}`, "ai-helpers": `ai${major}` },
       define: { __AI_VERSION__: JSON.stringify(aiVersionOf(major)) },
     })),
     ...SNIPPETS.flatMap((sn) => sn.majors.map((major) => ({

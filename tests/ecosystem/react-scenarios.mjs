@@ -1,6 +1,7 @@
 // turnstream/react's useTurnstream under StrictMode, with React 19 and React 18 (each scenario
-// with its own server): state updates, one live client and subscription after the double mount
-// and none after unmount, and a sessionId change reconnecting.
+// with its own server): state updates, respond answering the agent's question, one live client
+// and subscription after the double mount and none after unmount, and a sessionId change
+// reconnecting.
 import { assert, assertEq, until } from "../support.mjs";
 
 export const scenarios = [];
@@ -40,13 +41,24 @@ for (const react of ["react19", "react18"]) {
       });
       assertEq(v.messages.map((m) => [m.role, m.content]), [["user", "/echo hello from React"], ["assistant", "hello from React"]], "the state");
       assertEq(await page.locator("li[data-role=assistant]").textContent(), "hello from React", "rendered");
-      assert(await page.evaluate(() => window.sameCheck()), "send, cancel and loadOlder keep their identity across renders");
+      assert(await page.evaluate(() => window.sameCheck()), "send, respond, cancel and loadOlder keep their identity across renders");
       // Cancel without a turn id cancels the running turn.
       await page.evaluate(() => window.app.send("/deltas 1000"));
       await until("the turn to stream", async () => (await hookView(page)).messages[3]?.status === "streaming");
       const cancelled = await page.evaluate(() => window.app.cancel());
       assertEq(cancelled.state, "cancelled", "cancel() cancelled the running turn");
       await until("the state to show it cancelled", async () => (await hookView(page)).messages[3]?.status === "cancelled");
+      // The agent asks; respond answers and the turn goes on (contract v1.2).
+      await page.evaluate(() => window.app.send("/ask Which one?"));
+      const asked = await until("the question in the state", async () => {
+        const r = (await hookView(page)).messages[5];
+        return r?.status === "waiting" && r.requests[0]?.prompt === "Which one?" && r.requests[0];
+      });
+      await page.evaluate((id) => window.app.respond(id, { text: "the left one" }), asked.requestId);
+      await until("the reply to the answer", async () => {
+        const r = (await hookView(page)).messages[5];
+        return r?.status === "complete" && r.content === "You answered: the left one";
+      });
       assertEq((await counts(page)).subscriptions, 1, "still one subscription");
       await page.evaluate(() => window.app.unmount());
       await until("no client and no subscription after unmount", async () => {

@@ -7,11 +7,12 @@ use js_sys::{Array, Function, Promise, Reflect};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
 };
-use turnstream_protocol::Attachment;
+use turnstream_protocol::{Attachment, OnBusy, RawJson, RequestKind};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::client::{Client, Options};
+use super::client::{coded_error, Client, Options};
+use crate::codec::{write_str, Obj};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"
@@ -39,9 +40,53 @@ export interface ConnectOptions {
 export type Connection = "connecting" | "live" | "reconnecting" | "resyncing" | "offline" | "unauthorized" | "closed";
 
 export type UserStatus = "sending" | "sent" | "rejected";
-export type AssistantStatus = "queued" | "streaming" | "complete" | "cancelled" | "failed" | "interrupted";
+/** "waiting": the agent asked something (see `requests`) that no one has answered yet. */
+export type AssistantStatus = "queued" | "streaming" | "waiting" | "complete" | "cancelled" | "failed" | "interrupted";
 export type ToolStatus = "started" | "progress" | "finished" | "failed";
-export type TurnState = "queued" | "running" | "completed" | "cancelled" | "failed" | "interrupted";
+/** A state this SDK does not know (a later contract's) reads as "running". */
+export type TurnState = "queued" | "running" | "waiting" | "completed" | "cancelled" | "failed" | "interrupted";
+
+/** What an agent asks for: a yes or no on a tool call, a tool the browser runs, a question. */
+export type RequestKind = "approval" | "client_tool" | "question";
+
+/** A request's answer, as `respond` takes it and `requests[].answer` shows it. */
+export type RequestAnswer =
+  /** approval */
+  | { approved: boolean; reason?: string }
+  /** client_tool: what the tool returned (any JSON value) or why it failed */
+  | { output: unknown }
+  | { error: string }
+  /** question (a plain string is taken as `{ text }`) */
+  | { text: string }
+  /** given by the server when the request's time ran out */
+  | { timed_out: true };
+
+/** Something the agent asked in this turn, and its answer once given. */
+export interface InputRequest {
+  /** What `respond` takes. */
+  readonly requestId: string;
+  readonly kind: RequestKind;
+  /** The tool call (approval, client_tool): `input` is its JSON value. */
+  readonly tool: { readonly callId: string; readonly name: string; readonly input: unknown } | null;
+  readonly prompt: string | null;
+  /** Suggested answers to a question. */
+  readonly options: readonly string[] | null;
+  /** Unix milliseconds after which the server answers `{ timed_out: true }` itself. */
+  readonly expiresAt: number | null;
+  /** null while open; the answer given in this browser shows at once, the server's wins. */
+  readonly answer: RequestAnswer | null;
+  /** Who gave the server's answer (null without auth, for a timeout, and until it arrives). */
+  readonly answeredBy: string | null;
+}
+
+/** Why `respond` rejected: its `code` is "input_already_given" (another tab or device
+ *  answered first: `answer` and `answeredBy` name that answer, and the request shows it),
+ *  "turn_ended", "request_not_found" or "invalid_input". */
+export interface RespondError extends Error {
+  readonly code: string;
+  readonly answer?: RequestAnswer;
+  readonly answeredBy?: string | null;
+}
 
 export interface EntryError {
   readonly code: string;
@@ -70,6 +115,10 @@ export interface SendOptions {
   /** `name` may be left out. The server refuses a message whose attachments break its rules
    *  (more than 16, a URL other than http:, https: or data:, ...): it then shows "rejected". */
   attachments?: readonly { url: string; mediaType: string; name?: string | null }[];
+  /** While a turn of the session is queued, running or waiting: "enqueue" (default: the new
+   *  turn runs after it), "reject" (the message shows "rejected" with code "session_busy"), or
+   *  "interrupt" (that turn is cancelled and this one runs next). */
+  onBusy?: "enqueue" | "reject" | "interrupt";
 }
 
 interface EntryBase {
@@ -96,6 +145,7 @@ export interface UserEntry extends EntryBase {
   /** Who wrote it, as the server recorded it: the `sub` of the token it was posted with, or the
    *  author a service key named. null until the server has the message, and without auth. */
   readonly author: string | null;
+  readonly requests: readonly [];
 }
 
 export interface AssistantEntry extends EntryBase {
@@ -108,6 +158,8 @@ export interface AssistantEntry extends EntryBase {
   readonly recovered: boolean;
   readonly createdAt: null;
   readonly author: null;
+  /** What the agent asked in this turn (approvals, client tools, questions) and the answers. */
+  readonly requests: readonly InputRequest[];
 }
 
 export type ChatEntry = UserEntry | AssistantEntry;
@@ -300,7 +352,15 @@ impl ChatClient {
             if content.trim().is_empty() && attachments.is_empty() {
                 return Err(js_error("turnstream: a message cannot be empty"));
             }
-            let id = inner.send(content, attachments).await;
+            const BUSY: &str =
+                "turnstream: onBusy must be \"enqueue\", \"reject\" or \"interrupt\"";
+            let on_busy = match options {
+                Some(o) => option(o, "onBusy", JsValue::as_string, BUSY)?
+                    .map(|b| OnBusy::parse(&b).ok_or_else(|| js_error(BUSY)))
+                    .transpose()?,
+                None => None,
+            };
+            let id = inner.send(content, attachments, on_busy).await;
             let out = js_sys::Object::new();
             js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
             Ok(out.into())
@@ -327,6 +387,38 @@ impl ChatClient {
             js_sys::Reflect::set(&out, &"added".into(), &added.into())?;
             Ok(out.into())
         })
+    }
+
+    /// Answers a request of the agent (`state.messages[].requests`): shown at once in every
+    /// tab, posted now or when the server is reachable again (it survives a reload). Resolves
+    /// once the server has it; rejects with a `RespondError` whose `code` says why not
+    /// (`input_already_given`: another tab or device answered first, and its answer shows).
+    #[wasm_bindgen(unchecked_return_type = "Promise<void>")]
+    pub fn respond(
+        &self,
+        #[wasm_bindgen(js_name = "requestId")] request_id: String,
+        #[wasm_bindgen(unchecked_param_type = "RequestAnswer | string")] answer: JsValue,
+    ) -> Promise {
+        if self.inner.is_closed() {
+            return Promise::reject(&js_error("turnstream: the client is closed"));
+        }
+        let Some((turn_id, kind)) = self.inner.find_request(&request_id) else {
+            return Promise::reject(
+                &coded_error("request_not_found", "turnstream: no such request is shown").into(),
+            );
+        };
+        match answer_json(kind, &answer) {
+            Some(text) => self
+                .inner
+                .respond(turn_id, request_id, RawJson::trusted(text)),
+            None => Promise::reject(
+                &coded_error(
+                    "invalid_input",
+                    "turnstream: an approval is answered with { approved, reason? }, a client tool with { output } or { error }, a question with { text }",
+                )
+                .into(),
+            ),
+        }
     }
 
     /// Asks the server to cancel a turn; its end arrives through the stream like any other.
@@ -361,6 +453,41 @@ impl Drop for ChatClient {
         // `free()` from JS: stop the loops, which otherwise keep the client alive.
         self.inner.shutdown();
     }
+}
+
+/// The answer as the server records it (and the body of `POST /input` but its `request_id`);
+/// `None` when it does not fit the request's kind.
+fn answer_json(kind: RequestKind, answer: &JsValue) -> Option<String> {
+    let text = |key: &str| option(answer, key, JsValue::as_string, "").ok().flatten();
+    let mut out = String::new();
+    let mut o = Obj::new(&mut out);
+    match kind {
+        RequestKind::Approval => {
+            let approved = option(answer, "approved", JsValue::as_bool, "").ok()??;
+            o.bool("approved", approved);
+            if let Some(reason) = text("reason") {
+                o.str("reason", &reason);
+            }
+        }
+        RequestKind::ClientTool => {
+            if Reflect::has(answer, &"output".into()).unwrap_or(false) {
+                let output = Reflect::get(answer, &"output".into()).ok()?;
+                // `JSON.stringify(undefined)` is undefined: no output at all.
+                let json = js_sys::JSON::stringify(&output).ok()?.as_string()?;
+                o.key("output").push_str(&json);
+            } else {
+                o.str("error", &text("error")?);
+            }
+        }
+        RequestKind::Question => match answer.as_string() {
+            Some(t) => write_str(o.key("text"), &t),
+            None => {
+                o.str("text", &text("text")?);
+            }
+        },
+    }
+    o.end();
+    Some(out)
 }
 
 fn js_error(message: &str) -> JsValue {

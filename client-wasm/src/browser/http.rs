@@ -5,8 +5,8 @@ use std::rc::Rc;
 
 use js_sys::{Function, Object, Promise, Reflect};
 use turnstream_protocol::{
-    Attachment, CancelResponse, ErrorDetail, HistoryResponse, PostMessageResponse, TurnInfo,
-    CURSOR_HEADER,
+    Attachment, CancelResponse, ErrorDetail, HistoryResponse, OnBusy, PostMessageResponse, RawJson,
+    TurnInfo, CURSOR_HEADER,
 };
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
@@ -14,7 +14,7 @@ use web_sys::Response;
 
 use super::auth::Auth;
 use super::json;
-use crate::codec;
+use crate::codec::{self, Value};
 
 /// What went wrong with a request.
 pub(crate) enum HttpError {
@@ -26,6 +26,8 @@ pub(crate) enum HttpError {
         error: ErrorDetail,
         /// Seconds, from `Retry-After` (429, 503).
         retry_after: Option<u32>,
+        /// The whole answer (a `409 input_already_given` names the winning answer in it).
+        body: String,
     },
     /// The answer did not parse.
     Decode,
@@ -121,9 +123,10 @@ impl Endpoint {
         client_message_id: &str,
         content: &str,
         attachments: &[Attachment],
+        on_busy: Option<OnBusy>,
     ) -> Result<PostMessageResponse, HttpError> {
         let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/messages"]);
-        let body = codec::post_request_json(content, client_message_id, attachments);
+        let body = codec::post_request_json(content, client_message_id, attachments, on_busy);
         decode(
             self.send("POST", &url, Some(&body)).await?,
             codec::post_response,
@@ -142,6 +145,19 @@ impl Endpoint {
             }) if error.code == "turn_not_found" => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// `POST /api/turns/{turn}/input` (contract v1.2). Returns the turn's state after it.
+    pub(crate) async fn post_input(
+        &self,
+        turn_id: &str,
+        request_id: &str,
+        answer: &RawJson,
+    ) -> Result<String, HttpError> {
+        let url = self.url(&["/api/turns/", &enc(turn_id), "/input"]);
+        let body = codec::input_request_json(request_id, answer);
+        let state = |v: &JsValue| v.get("state")?.as_string();
+        decode(self.send("POST", &url, Some(&body)).await?, state).await
     }
 
     /// `POST /api/turns/{turn}/cancel`.
@@ -226,6 +242,7 @@ async fn fetch(
         status,
         error,
         retry_after,
+        body: text,
     })
 }
 

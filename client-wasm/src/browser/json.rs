@@ -31,6 +31,13 @@ impl Value for JsValue {
     fn items(&self) -> Option<Vec<Self>> {
         Array::is_array(self).then(|| self.unchecked_ref::<Array>().iter().collect())
     }
+
+    fn json(&self) -> String {
+        js_sys::JSON::stringify(self)
+            .ok()
+            .and_then(|s| s.as_string())
+            .unwrap_or_else(|| "null".to_owned())
+    }
 }
 
 /// Parses `text` and reads it with `read`; `None` when either fails.

@@ -6,8 +6,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value as Json};
 use turnstream_protocol::{
-    ErrorBody, ErrorDetail, Event, EventBody, Message, MessageStatus, PostMessageRequest,
-    Role as WireRole, ToolCall, ToolStatus, Truncation, TurnInfo, TurnState,
+    ErrorBody, ErrorDetail, Event, EventBody, InputGiven, Message, MessageStatus, OnBusy,
+    PostMessageRequest, RawJson, Role as WireRole, ToolCall, ToolStatus, Truncation, TurnInfo,
+    TurnRequest, TurnState,
 };
 
 use super::*;
@@ -30,6 +31,9 @@ impl Value for Json {
     }
     fn items(&self) -> Option<Vec<Self>> {
         self.as_array().cloned()
+    }
+    fn json(&self) -> String {
+        self.to_string()
     }
 }
 
@@ -77,6 +81,9 @@ fn msg(n: u32, content: &str) -> Message {
         event_id: format!("ep1-{n}"),
         author: (n % 3 == 0).then(|| format!("user-{n}")),
         attachments: sim::attachments_of(n as usize),
+        parent_id: (n > 0).then(|| format!("m{}", n - 1)),
+        siblings: None,
+        requests: Vec::new(),
     }
 }
 
@@ -109,6 +116,7 @@ fn info(with_message: bool) -> TurnInfo {
         message: with_message.then(|| msg(1, "reply")),
         error: Some("boom".into()),
         usage: None,
+        requests: Vec::new(),
     }
 }
 
@@ -191,11 +199,97 @@ fn wire_types_read_as_serde_reads_them() {
     );
 }
 
+/// The requests of the simulated sessions, one of each kind, answered and not.
+fn asked() -> Vec<TurnRequest> {
+    (0..6u8)
+        .map(|n| {
+            let mut r = TurnRequest::open(&sim::request(1, n));
+            if n >= 3 {
+                r.answer = Some(sim::answer(1, n, true));
+                r.answered_by = (n == 4).then(|| "ann".into());
+            }
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn requests_and_answers_read_as_serde_reads_them() {
+    for r in asked() {
+        let body =
+            EventBody::InputRequested(sim::request(2, r.request_id[1..].parse().unwrap_or(0)));
+        let e = Event {
+            id: "ep1-4".into(),
+            session_id: "s1".into(),
+            ts: 5,
+            turn_id: Some("t2".into()),
+            body,
+            truncated: vec![],
+        };
+        same(&e, event, None);
+        same(&r, turn_request, None);
+    }
+    let given = Event {
+        id: "ep1-5".into(),
+        session_id: "s1".into(),
+        ts: 6,
+        turn_id: Some("t2".into()),
+        body: EventBody::InputGiven(InputGiven {
+            request_id: "r1".into(),
+            by: None,
+            answer: RawJson::trusted(r#"{"timed_out":true}"#.into()),
+        }),
+        truncated: vec![],
+    };
+    same(&given, event, None);
+    let waiting = TurnInfo {
+        state: TurnState::Waiting,
+        requests: asked(),
+        ..info(false)
+    };
+    same(&waiting, turn_info, None);
+    // A state a later contract adds reads as running rather than making the answer unreadable.
+    let mut later = serde_json::to_value(&waiting).expect("serde writes it");
+    later["state"] = json!("pondering");
+    assert_eq!(turn_info(&later).map(|t| t.state), Some(TurnState::Running));
+    let snap = json!({"cursor": "ep1-9", "active_turns": [{"turn_id": "t", "session_id": "s1",
+        "state": "pondering", "thinking": "", "tools": [], "text": "", "requests": later["requests"]}]});
+    let read = snapshot(&snap).expect("reads");
+    assert_eq!(read.active_turns[0].state, TurnState::Running);
+    assert_eq!(read.active_turns[0].requests, asked());
+    // An unknown request kind is an event this SDK skips, not a broken stream.
+    assert!(event(
+        &json!({"id": "ep1-1", "session_id": "s1", "ts": 1, "turn_id": "t",
+        "kind": "telepathy", "request_id": "r"})
+    )
+    .is_none());
+}
+
+#[test]
+fn answer_bodies_are_what_the_server_reads() {
+    for n in 0..6u8 {
+        for recorded in [true, false] {
+            let answer = sim::answer(1, n, recorded);
+            let text = input_request_json("r \"1\"", &answer);
+            let body: Json = serde_json::from_str(&text).expect("valid JSON");
+            let mut want: Json = serde_json::from_str(answer.as_str()).expect("valid JSON");
+            want["request_id"] = json!("r \"1\"");
+            assert_eq!(body, want);
+        }
+    }
+    for on_busy in [OnBusy::Enqueue, OnBusy::Reject, OnBusy::Interrupt] {
+        let text = post_request_json("hi", "c-1", &[], Some(on_busy));
+        let req: PostMessageRequest = serde_json::from_str(&text).expect("parses");
+        assert_eq!(req.on_busy, Some(on_busy));
+    }
+    assert!(!post_request_json("hi", "c-1", &[], None).contains("on_busy"));
+}
+
 #[test]
 fn written_bodies_are_what_serde_writes() {
     for (n, s) in tricky().into_iter().enumerate() {
         let files = sim::attachments_of(n);
-        let text = post_request_json(&s, "c-1", &files);
+        let text = post_request_json(&s, "c-1", &files, None);
         let req: PostMessageRequest = serde_json::from_str(&text).expect("parses");
         assert_eq!(req.content, s);
         assert_eq!(req.client_message_id.as_deref(), Some("c-1"));
@@ -211,6 +305,7 @@ fn written_bodies_are_what_serde_writes() {
             content: "hi \"there\"\n".into(),
             attachments: Vec::new(),
             created_at: -5,
+            on_busy: None,
         },
         TabMessage::Optimistic {
             session_id: "s1".into(),
@@ -218,6 +313,7 @@ fn written_bodies_are_what_serde_writes() {
             content: String::new(),
             attachments: sim::attachments_of(2),
             created_at: 7,
+            on_busy: None,
         },
         TabMessage::Posted {
             session_id: "s1".into(),
@@ -250,6 +346,37 @@ fn written_bodies_are_what_serde_writes() {
             session_id: "s1".into(),
             turn_id: "t1".into(),
             info: None,
+        },
+        TabMessage::Recovered {
+            session_id: "s1".into(),
+            turn_id: "t1".into(),
+            info: Some(Box::new(TurnInfo {
+                state: TurnState::Waiting,
+                requests: asked(),
+                ..info(false)
+            })),
+        },
+        TabMessage::Optimistic {
+            session_id: "s1".into(),
+            client_message_id: "c3".into(),
+            content: "stop that".into(),
+            attachments: Vec::new(),
+            created_at: 9,
+            on_busy: Some(OnBusy::Interrupt),
+        },
+        TabMessage::Answer {
+            session_id: "s1".into(),
+            turn_id: "t1".into(),
+            request_id: "r1".into(),
+            answer: sim::answer(1, 1, true),
+            sent: false,
+        },
+        TabMessage::Answer {
+            session_id: "s1".into(),
+            turn_id: "t1".into(),
+            request_id: "r2".into(),
+            answer: sim::answer(1, 2, false),
+            sent: true,
         },
     ];
     for t in &tabs {

@@ -7,8 +7,10 @@
 //! give the same entry.
 
 use serde::{Deserialize, Serialize};
+use turnstream_protocol::input::{merge_answer, merge_request};
 use turnstream_protocol::{
-    merge_tool, ActiveTurn, Attachment, EventBody, MessageStatus, ToolCall, TurnState,
+    merge_tool, ActiveTurn, Attachment, EventBody, MessageStatus, OnBusy, RawJson, ToolCall,
+    TurnRequest, TurnState,
 };
 
 /// Where a user message is on its way to the journal. Ordered: a later rung wins a join, so a
@@ -53,6 +55,10 @@ pub struct UserEntry {
     /// The files the message refers to (contract v1.2): as sent, until the server's copy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
+    /// What the server does if a turn of the session is in flight when it gets the message
+    /// (contract v1.2); `None` is the server's default, `enqueue`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_busy: Option<OnBusy>,
 }
 
 impl UserEntry {
@@ -82,6 +88,9 @@ impl UserEntry {
         fill(&mut self.message_id, &other.message_id);
         fill(&mut self.turn_id, &other.turn_id);
         fill(&mut self.author, &other.author);
+        if self.on_busy.is_none() {
+            self.on_busy = other.on_busy;
+        }
         if self.seq.is_none() {
             self.seq = other.seq;
         }
@@ -131,6 +140,9 @@ pub struct Progress {
     pub text: String,
     pub thinking: String,
     pub tools: Vec<ToolCall>,
+    /// The agent's requests and their answers, as the journal has them (contract v1.2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<TurnRequest>,
 }
 
 impl Progress {
@@ -141,6 +153,7 @@ impl Progress {
             text: String::new(),
             thinking: String::new(),
             tools: Vec::new(),
+            requests: Vec::new(),
         }
     }
 
@@ -148,10 +161,13 @@ impl Progress {
     pub fn from_active(turn: &ActiveTurn, seq: i64) -> Self {
         Progress {
             through: Some(seq),
-            running: turn.state == TurnState::Running,
+            // A waiting turn has started (and one of a state this SDK does not know reads as
+            // running).
+            running: matches!(turn.state, TurnState::Running | TurnState::Waiting),
             text: turn.text.clone(),
             thinking: turn.thinking.clone(),
             tools: turn.tools.clone(),
+            requests: turn.requests.clone(),
         }
     }
 
@@ -166,7 +182,12 @@ impl Progress {
                     + t.output_preview.as_ref().map_or(0, String::len)
             })
             .sum();
-        usize::from(self.running) + self.text.len() + self.thinking.len() + tools
+        let requests: usize = self
+            .requests
+            .iter()
+            .map(|r| 1 + usize::from(r.answer.is_some()))
+            .sum();
+        usize::from(self.running) + self.text.len() + self.thinking.len() + tools + requests
     }
 
     /// Folds the event at `seq`, unless this progress already covers it (a replayed duplicate).
@@ -181,8 +202,11 @@ impl Progress {
             EventBody::Thinking { delta } => self.thinking.push_str(delta),
             EventBody::ResponseDelta { delta } => self.text.push_str(delta),
             EventBody::Tool(call) => merge_tool(&mut self.tools, call),
+            EventBody::InputRequested(r) => merge_request(&mut self.requests, r),
+            EventBody::InputGiven(g) => merge_answer(&mut self.requests, g),
             EventBody::MessageReceived { .. }
-            | EventBody::TurnQueued {}
+            | EventBody::TurnQueued { .. }
+            | EventBody::BranchChanged { .. }
             | EventBody::TurnEnded { .. } => {}
         }
         true
@@ -202,6 +226,21 @@ pub struct AssistantEntry {
     /// Open in a cache when the page loaded, and ended while no page listened: settled by a
     /// turn-status check or by history rather than by the stream.
     pub recovered: bool,
+    /// Answers given in this browser (`respond`), kept until the journal has the request's
+    /// answer: shown at once, posted by the outbox.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<LocalAnswer>,
+}
+
+/// An answer given in this browser to one of the turn's requests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalAnswer {
+    pub request_id: String,
+    /// The answer as the server records it: `{"approved", "reason"?}`, `{"output"}`,
+    /// `{"error"}` or `{"text"}`.
+    pub answer: RawJson,
+    /// The server took it (this tab's POST or a sibling's was answered 200).
+    pub sent: bool,
 }
 
 impl AssistantEntry {
@@ -212,7 +251,50 @@ impl AssistantEntry {
             progress: Progress::empty(),
             fin: None,
             recovered: false,
+            answers: Vec::new(),
         }
+    }
+
+    /// Records an answer given in this browser; the first one given stays, and `sent` only
+    /// goes from false to true (for that answer).
+    pub fn offer_answer(&mut self, request_id: &str, answer: &RawJson, sent: bool) -> bool {
+        match self.answers.iter_mut().find(|a| a.request_id == request_id) {
+            // Taken by the server is said of one answer: not of another given here first.
+            Some(a) => {
+                let changed = sent && !a.sent && a.answer == *answer;
+                a.sent |= changed;
+                changed
+            }
+            None => {
+                self.answers.push(LocalAnswer {
+                    request_id: request_id.to_owned(),
+                    answer: answer.clone(),
+                    sent,
+                });
+                true
+            }
+        }
+    }
+
+    /// The journal's account of a request, if it has one.
+    pub fn request(&self, request_id: &str) -> Option<&TurnRequest> {
+        self.progress
+            .requests
+            .iter()
+            .find(|r| r.request_id == request_id)
+    }
+
+    /// This browser's answer to a request, if it gave one.
+    pub fn local_answer(&self, request_id: &str) -> Option<&LocalAnswer> {
+        self.answers.iter().find(|a| a.request_id == request_id)
+    }
+
+    /// Some request has no answer yet, neither the journal's nor this browser's.
+    pub fn is_waiting(&self) -> bool {
+        self.progress
+            .requests
+            .iter()
+            .any(|r| r.answer.is_none() && self.local_answer(&r.request_id).is_none())
     }
 
     pub fn is_final(&self) -> bool {
@@ -274,6 +356,9 @@ impl AssistantEntry {
             self.offer_final(fin.clone());
         }
         self.recovered |= other.recovered;
+        for a in &other.answers {
+            self.offer_answer(&a.request_id, &a.answer, a.sent);
+        }
     }
 }
 

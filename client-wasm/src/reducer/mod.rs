@@ -17,9 +17,11 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
+use turnstream_protocol::input::merge_answer;
 use turnstream_protocol::{
-    Attachment, Cursor, ErrorDetail, Event, EventBody, HistoryResponse, Message, MessageStatus,
-    PostMessageResponse, Role as WireRole, Snapshot, TurnInfo,
+    Attachment, Cursor, ErrorDetail, Event, EventBody, HistoryResponse, InputGiven, Message,
+    MessageStatus, OnBusy, PostMessageResponse, RawJson, RequestKind, Role as WireRole, Snapshot,
+    TurnInfo,
 };
 
 use entry::{AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus};
@@ -33,6 +35,7 @@ pub struct Outgoing {
     pub client_message_id: String,
     pub content: String,
     pub attachments: Vec<Attachment>,
+    pub on_busy: Option<OnBusy>,
 }
 
 impl Outgoing {
@@ -41,8 +44,17 @@ impl Outgoing {
             client_message_id: u.key.clone(),
             content: u.content.clone(),
             attachments: u.attachments.clone(),
+            on_busy: u.on_busy,
         }
     }
+}
+
+/// An answer still to post (`POST /api/turns/{turn}/input`), as the outbox hands it out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingAnswer {
+    pub turn_id: String,
+    pub request_id: String,
+    pub answer: RawJson,
 }
 
 /// Version of [`CacheRecord`]; a cache of another version is ignored.
@@ -411,8 +423,9 @@ impl Conversation {
         content: &str,
         attachments: &[Attachment],
         created_at: i64,
+        on_busy: Option<OnBusy>,
     ) -> bool {
-        self.optimistic(client_message_id, content, attachments, created_at)
+        self.optimistic(client_message_id, content, attachments, created_at, on_busy)
     }
 
     /// A sibling tab's optimistic message (it may arrive after the server's copy: then it is a no-op).
@@ -422,8 +435,9 @@ impl Conversation {
         content: &str,
         attachments: &[Attachment],
         created_at: i64,
+        on_busy: Option<OnBusy>,
     ) -> bool {
-        self.optimistic(client_message_id, content, attachments, created_at)
+        self.optimistic(client_message_id, content, attachments, created_at, on_busy)
     }
 
     fn optimistic(
@@ -432,6 +446,7 @@ impl Conversation {
         content: &str,
         attachments: &[Attachment],
         created_at: i64,
+        on_busy: Option<OnBusy>,
     ) -> bool {
         if self.users.contains_key(client_message_id) {
             return false;
@@ -451,6 +466,7 @@ impl Conversation {
             send_order: self.send_counter,
             author: None,
             attachments: attachments.to_vec(),
+            on_busy,
         };
         let changed = self.join_user(entry);
         self.touch(changed)
@@ -532,6 +548,7 @@ impl Conversation {
                     text: i.text.clone(),
                     thinking: i.thinking.clone(),
                     tools: i.tools.clone(),
+                    requests: i.requests.clone(),
                 });
                 if !was_final {
                     a.recovered = true;
@@ -544,6 +561,135 @@ impl Conversation {
         self.to_check.remove(turn_id);
         self.left_open.remove(turn_id);
         self.touch(changed)
+    }
+
+    // ----- answers to the agent's requests (contract v1.2) -----
+
+    /// An answer given in this browser (`respond`) or in a sibling tab (relayed): shown at once,
+    /// posted by the outbox. `sent`: the server already took it.
+    pub fn answer_local(
+        &mut self,
+        turn_id: &str,
+        request_id: &str,
+        answer: &RawJson,
+        sent: bool,
+    ) -> bool {
+        let mut created = false;
+        let offered = self
+            .turn_mut(turn_id, &mut created)
+            .offer_answer(request_id, answer, sent);
+        self.touch(created || offered)
+    }
+
+    /// The server took this browser's answer (a POST answered 200, here or in a sibling tab).
+    pub fn answer_posted(&mut self, turn_id: &str, request_id: &str) -> bool {
+        let changed = self.turns.get_mut(turn_id).is_some_and(|a| {
+            a.answers
+                .iter_mut()
+                .find(|l| l.request_id == request_id)
+                .is_some_and(|l| !std::mem::replace(&mut l.sent, true))
+        });
+        self.touch(changed)
+    }
+
+    /// The server refused this browser's answer (another was first, the turn ended, ...): it is
+    /// no longer shown nor posted.
+    pub fn drop_answer(&mut self, turn_id: &str, request_id: &str) -> bool {
+        let Some(a) = self.turns.get_mut(turn_id) else {
+            return false;
+        };
+        let before = a.answers.len();
+        a.answers.retain(|l| l.request_id != request_id);
+        let changed = a.answers.len() != before;
+        self.touch(changed)
+    }
+
+    /// The answer the server recorded, as a `409 input_already_given` tells it (the journal's
+    /// `input_given` says the same, later).
+    pub fn apply_given(&mut self, turn_id: &str, given: &InputGiven) -> bool {
+        let Some(a) = self.turns.get_mut(turn_id) else {
+            return false;
+        };
+        let before = a.progress.requests.clone();
+        merge_answer(&mut a.progress.requests, given);
+        let changed = a.progress.requests != before;
+        self.touch(changed)
+    }
+
+    /// The journal's answer to a request and its author, once known.
+    pub fn journal_answer(
+        &self,
+        turn_id: &str,
+        request_id: &str,
+    ) -> Option<(RawJson, Option<String>)> {
+        let r = self.turns.get(turn_id)?.request(request_id)?;
+        Some((r.answer.clone()?, r.answered_by.clone()))
+    }
+
+    /// The answer a request already has: the journal's, else one given in this browser (by
+    /// this tab or a sibling).
+    pub fn given_answer(
+        &self,
+        turn_id: &str,
+        request_id: &str,
+    ) -> Option<(RawJson, Option<String>)> {
+        self.journal_answer(turn_id, request_id).or_else(|| {
+            let l = self.turns.get(turn_id)?.local_answer(request_id)?;
+            Some((l.answer.clone(), None))
+        })
+    }
+
+    /// The turn a request shown belongs to, and its kind. Request ids are unique within a turn
+    /// only: an open request wins over an answered one, a later turn over an earlier one.
+    pub fn find_request(&self, request_id: &str) -> Option<(String, RequestKind)> {
+        let mut best: Option<(bool, Option<i64>, &AssistantEntry, RequestKind)> = None;
+        for a in self.turns.values() {
+            let Some(r) = a.request(request_id) else {
+                continue;
+            };
+            let open = !a.is_final() && r.answer.is_none();
+            let at = self.introduced_at(a);
+            if best.as_ref().is_none_or(|b| (open, at) > (b.0, b.1)) {
+                best = Some((open, at, a, r.kind));
+            }
+        }
+        best.map(|(_, _, a, kind)| (a.turn_id.clone(), kind))
+    }
+
+    /// An answer given here that the server has not taken yet, of a turn still open.
+    pub fn next_answer(&self) -> Option<OutgoingAnswer> {
+        self.turns
+            .values()
+            .filter(|a| !a.is_final())
+            .flat_map(|a| a.answers.iter().map(move |l| (a, l)))
+            .find(|(a, l)| {
+                // The journal's answer is this one: nothing to post.
+                !l.sent
+                    && a.request(&l.request_id)
+                        .and_then(|r| r.answer.as_ref())
+                        .is_none_or(|r| r.as_str() != l.answer.as_str())
+            })
+            .map(|(a, l)| OutgoingAnswer {
+                turn_id: a.turn_id.clone(),
+                request_id: l.request_id.clone(),
+                answer: l.answer.clone(),
+            })
+    }
+
+    /// Where this browser's answer stands: `Some(true)` taken by the server (or the journal
+    /// has it), `Some(false)` still to post, `None` when there is none or its turn has ended
+    /// without it.
+    pub fn local_answer_sent(&self, turn_id: &str, request_id: &str) -> Option<bool> {
+        let a = self.turns.get(turn_id)?;
+        let l = a.local_answer(request_id)?;
+        let recorded = a
+            .request(request_id)
+            .and_then(|r| r.answer.as_ref())
+            .is_some_and(|r| r.as_str() == l.answer.as_str());
+        if l.sent || recorded {
+            return Some(true);
+        }
+        (!a.is_final()).then_some(false)
     }
 
     pub fn set_connection(&mut self, c: Connection) -> bool {
@@ -803,6 +949,7 @@ impl Conversation {
                     send_order: 0,
                     author: m.author.clone(),
                     attachments: m.attachments.clone(),
+                    on_busy: None,
                 };
                 let mut changed = self.join_user(incoming);
                 if let Some(turn_id) = &m.turn_id {
@@ -829,6 +976,26 @@ impl Conversation {
                     truncated: false,
                     error: None,
                 });
+                // The reply keeps what its turn asked and how it was answered (v1.2).
+                for r in &m.requests {
+                    match a
+                        .progress
+                        .requests
+                        .iter_mut()
+                        .find(|o| o.request_id == r.request_id)
+                    {
+                        None => {
+                            a.progress.requests.push(r.clone());
+                            changed = true;
+                        }
+                        Some(o) if o.answer.is_none() && r.answer.is_some() => {
+                            o.answer.clone_from(&r.answer);
+                            o.answered_by.clone_from(&r.answered_by);
+                            changed = true;
+                        }
+                        Some(_) => {}
+                    }
+                }
                 if unheard && !was_final && !a.recovered {
                     a.recovered = true;
                     changed = true;

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;
-use turnstream_protocol::{Attachment, ErrorDetail, ToolStatus};
+use turnstream_protocol::{Attachment, ErrorDetail, EventBody, RawJson, ToolStatus};
 
 use super::sim::{self, End, Sender, SimSession, Step, TurnSpec};
 use super::{CacheRecord, Conversation, EntryStatus, Role, View};
@@ -29,6 +29,8 @@ fn step() -> impl Strategy<Value = Step> {
             ]
         )
             .prop_map(|(c, s)| Step::Tool(c, s)),
+        (0u8..3).prop_map(Step::Ask),
+        (0u8..3).prop_map(Step::Answer),
     ]
 }
 
@@ -71,6 +73,9 @@ pub(crate) enum Feed {
     Relay(usize),
     RelayPost(usize),
     Resync,
+    /// An answer given in this browser (or a sibling, relayed) to request `.1` of turn `.0`;
+    /// `.3`: the server took it.
+    Respond(String, String, RawJson, bool),
 }
 
 /// Draws numbers from the test's dice; past the end it keeps answering 0.
@@ -107,6 +112,8 @@ struct Plan {
     resynced: bool,
     /// Local messages the server never got.
     unsent: Vec<Unsent>,
+    /// The `Respond` feeds, in the order given.
+    responds: Vec<Feed>,
 }
 
 /// A message this tab sends: `(client_message_id, content, attachments, created_at)`.
@@ -250,6 +257,32 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
         feeds.insert(at, Feed::Send(unsent.clone()));
     }
 
+    // Answers given in this browser: the journal's own answer or another (the server then
+    // recorded someone else's first), taken by the server or not yet.
+    let mut responds = Vec::new();
+    for e in s.until(head) {
+        let (EventBody::InputRequested(r), Some(t)) = (&e.body, &e.turn_id) else {
+            continue;
+        };
+        let how = d.below(3);
+        if how == 0 {
+            continue;
+        }
+        let k: usize = t[1..].parse().unwrap_or(0);
+        let n: u8 = r.request_id[1..].parse().unwrap_or(0);
+        let answer = sim::answer(k, n, how == 1);
+        let at = d.below(feeds.len() + 1);
+        let respond = Feed::Respond(t.clone(), r.request_id.clone(), answer.clone(), false);
+        feeds.insert(at, respond.clone());
+        responds.push(respond);
+        if d.below(2) == 0 {
+            let posted = Feed::Respond(t.clone(), r.request_id.clone(), answer, true);
+            let at = at + 1 + d.below(feeds.len() - at);
+            feeds.insert(at, posted.clone());
+            responds.push(posted);
+        }
+    }
+
     // A cache written by an earlier page load or a sibling tab, merged at any moment.
     let mut cache_upto = None;
     if d.below(2) == 0 {
@@ -257,6 +290,16 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
         let mut prev = Conversation::new(sim::SESSION);
         for e in s.until(p0) {
             prev.apply_event(e);
+        }
+        // Answers the earlier page gave and this one never heard of: only its cache has them.
+        let mut i = 0;
+        while i < feeds.len() {
+            match &feeds[i] {
+                Feed::Respond(..) if d.below(3) == 0 => {
+                    feeds.remove(i).apply(s, &mut prev);
+                }
+                _ => i += 1,
+            }
         }
         let at = d.below(feeds.len() + 1);
         feeds.insert(at, Feed::Cache(prev.to_cache()));
@@ -269,6 +312,7 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
         cache_upto,
         resynced,
         unsent: never,
+        responds,
     }
 }
 
@@ -281,7 +325,7 @@ impl Feed {
             Feed::Snapshot(at) => c.apply_snapshot(&s.snapshot_at(*at)),
             Feed::Event(i) => c.apply_event(&s.journal[*i]),
             Feed::Send((cmid, content, attachments, at)) => {
-                c.send_local(cmid, content, attachments, *at)
+                c.send_local(cmid, content, attachments, *at, None)
             }
             Feed::Post(i) | Feed::RelayPost(i) => c.apply_post_response(&s.sent[*i].response),
             Feed::Relay(i) => {
@@ -291,9 +335,13 @@ impl Feed {
                     &m.content,
                     &m.attachments,
                     10 + *i as i64,
+                    None,
                 )
             }
             Feed::Resync => c.mark_gap(),
+            Feed::Respond(turn, request, answer, sent) => {
+                c.answer_local(turn, request, answer, *sent)
+            }
         }
     }
 }
@@ -344,7 +392,10 @@ fn canonical(s: &SimSession, p: &Plan) -> View {
         c.apply_event(e);
     }
     for (cmid, content, attachments, at) in &p.unsent {
-        c.send_local(cmid, content, attachments, *at);
+        c.send_local(cmid, content, attachments, *at, None);
+    }
+    for f in &p.responds {
+        f.apply(s, &mut c);
     }
     c.mark_gap();
     let mut v = c.view();
@@ -370,6 +421,7 @@ fn strip(v: &mut View, turns: &BTreeSet<String>) {
         if e.role == Role::Assistant && e.turn_id.as_ref().is_some_and(|t| turns.contains(t)) {
             e.thinking.clear();
             e.tools.clear();
+            e.requests.clear();
             e.error = None;
         }
     }
@@ -501,7 +553,7 @@ proptest! {
         // The reloaded page starts over: history, snapshot and stream from a fresh cursor.
         rest.push(Feed::History(p.head));
         rest.push(Feed::Snapshot(p.head));
-        rest.extend(p.feeds[at..].iter().filter(|f| matches!(f, Feed::Send(..) | Feed::Post(_) | Feed::Relay(_) | Feed::RelayPost(_))).cloned());
+        rest.extend(p.feeds[at..].iter().filter(|f| matches!(f, Feed::Cache(_) | Feed::Send(..) | Feed::Post(_) | Feed::Relay(_) | Feed::RelayPost(_) | Feed::Respond(..))).cloned());
         let mut second = run(&s, &rest, false);
         if p.resynced { second.mark_gap(); }
         let mut got = second.view();
@@ -584,7 +636,7 @@ proptest! {
 #[test]
 fn rejected_sends_are_kept_and_a_server_copy_wins() {
     let mut c = Conversation::new(sim::SESSION);
-    c.send_local("c1", "hi", &[], 5);
+    c.send_local("c1", "hi", &[], 5, None);
     c.reject(
         "c1",
         &ErrorDetail {

@@ -4,8 +4,9 @@
 //! each source would hand a client: history at a cursor, the snapshot at a cursor, POST responses.
 
 use turnstream_protocol::{
-    ActiveTurn, Attachment, Event, EventBody, HistoryResponse, Message, MessageStatus,
-    PostMessageResponse, Role, Snapshot, ToolCall, ToolStatus, TurnState,
+    ActiveTurn, Attachment, Event, EventBody, HistoryResponse, InputGiven, InputRequest, Message,
+    MessageStatus, PostMessageResponse, RawJson, RequestKind, Role, Snapshot, ToolCall,
+    ToolRequest, ToolStatus, TurnState,
 };
 
 pub const SESSION: &str = "s1";
@@ -28,6 +29,49 @@ pub enum Step {
     Say(String),
     /// A call (index within the turn) moves to a status.
     Tool(u8, ToolStatus),
+    /// The agent asks request `r<n>` (of a kind that depends on n), unless it already did.
+    Ask(u8),
+    /// Request `r<n>` is answered, if it was asked and not answered yet.
+    Answer(u8),
+}
+
+/// The request `r<n>` of turn `t<k>` as the agent asks it.
+pub fn request(k: usize, n: u8) -> InputRequest {
+    let tool = ToolRequest {
+        call_id: format!("call{k}-{n}"),
+        name: "deploy".into(),
+        input: RawJson::trusted(format!(r#"{{"env":"prod {n}","n":[{k},true,null]}}"#)),
+    };
+    let (kind, tool, prompt, options) = match n % 3 {
+        0 => (RequestKind::Approval, Some(tool), None, None),
+        1 => (RequestKind::ClientTool, Some(tool), None, None),
+        _ => (
+            RequestKind::Question,
+            None,
+            Some(format!("which \"{n}\"?")),
+            Some(vec!["a".into(), "b\nc".into()]),
+        ),
+    };
+    InputRequest {
+        request_id: format!("r{n}"),
+        kind,
+        tool,
+        prompt,
+        options,
+        expires_at: (n % 2 == 0).then_some(86_400_000 + i64::from(n)),
+    }
+}
+
+/// The journal's answer to `r<n>` of turn `t<k>`, and a different one a browser could give.
+pub fn answer(k: usize, n: u8, recorded: bool) -> RawJson {
+    let yes = recorded == (k % 2 == 0);
+    RawJson::trusted(match n % 3 {
+        0 if yes => r#"{"approved":true}"#.to_owned(),
+        0 => r#"{"approved":false,"reason":"not \"now\""}"#.to_owned(),
+        1 if yes => format!(r#"{{"output":{{"a":[1.5,"x"],"z":{k}}}}}"#),
+        1 => r#"{"error":"no GPS"}"#.to_owned(),
+        _ => format!(r#"{{"text":"{}"}}"#, if yes { "a" } else { "b" }),
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +151,9 @@ pub fn build(turns: &[TurnSpec], choices: &[u8], skips: &[u8]) -> SimSession {
     let mut running: Option<(usize, usize)> = None; // (turn, next step index)
     let mut cancels: Vec<usize> = Vec::new();
     let mut text: Vec<String> = vec![String::new(); turns.len()];
+    // Per turn: the requests asked and, of those, answered.
+    let mut asked: Vec<Vec<u8>> = vec![Vec::new(); turns.len()];
+    let mut answered: Vec<Vec<u8>> = vec![Vec::new(); turns.len()];
     let mut choice_at = 0usize;
     loop {
         let can_arrive = arrived < turns.len();
@@ -143,7 +190,22 @@ pub fn build(turns: &[TurnSpec], choices: &[u8], skips: &[u8]) -> SimSession {
                 b.end(k, TurnState::Cancelled, "", None);
             }
             Some((k, i)) if i < turns[k].steps.len() => {
+                running = Some((k, i + 1));
                 let body = match &turns[k].steps[i] {
+                    Step::Ask(n) if asked[k].contains(n) => continue,
+                    Step::Ask(n) => {
+                        asked[k].push(*n);
+                        EventBody::InputRequested(request(k, *n))
+                    }
+                    Step::Answer(n) if !asked[k].contains(n) || answered[k].contains(n) => continue,
+                    Step::Answer(n) => {
+                        answered[k].push(*n);
+                        EventBody::InputGiven(InputGiven {
+                            request_id: format!("r{n}"),
+                            by: (k % 3 != 0).then(|| format!("user-{n}")),
+                            answer: answer(k, *n, true),
+                        })
+                    }
                     Step::Think(d) => EventBody::Thinking { delta: d.clone() },
                     Step::Say(d) => {
                         text[k].push_str(d);
@@ -163,7 +225,6 @@ pub fn build(turns: &[TurnSpec], choices: &[u8], skips: &[u8]) -> SimSession {
                     }),
                 };
                 b.turn_event(k, body);
-                running = Some((k, i + 1));
             }
             Some((k, _)) => {
                 let (state, error) = match turns[k].end {
@@ -230,6 +291,9 @@ impl Builder {
             event_id: cursor(seq),
             author: (k % 2 == 0).then(|| format!("user-{k}")),
             attachments: attachments_of(k),
+            parent_id: None,
+            siblings: None,
+            requests: Vec::new(),
         };
         self.push(
             seq,
@@ -238,7 +302,14 @@ impl Builder {
         );
         // Accepting a message journals both in one transaction: nothing comes between them.
         self.seq += 1;
-        self.push(self.seq, Some(turn_id.clone()), EventBody::TurnQueued {});
+        self.push(
+            self.seq,
+            Some(turn_id.clone()),
+            EventBody::TurnQueued {
+                reply_id: Some(format!("a{k}")),
+                parent_id: Some(format!("m{k}")),
+            },
+        );
         self.sent.push(Sent {
             sender: spec.sender,
             client_message_id: client_message_id.clone(),
@@ -262,6 +333,24 @@ impl Builder {
 
     fn end(&mut self, k: usize, state: TurnState, text: &str, error: Option<String>) {
         let seq = self.next_seq();
+        // As the server does: the reply keeps its turn's requests and their answers (v1.2).
+        let turn = format!("t{k}");
+        let mut requests = Vec::new();
+        for e in self
+            .journal
+            .iter()
+            .filter(|e| e.turn_id.as_ref() == Some(&turn))
+        {
+            match &e.body {
+                EventBody::InputRequested(r) => {
+                    turnstream_protocol::input::merge_request(&mut requests, r)
+                }
+                EventBody::InputGiven(g) => {
+                    turnstream_protocol::input::merge_answer(&mut requests, g)
+                }
+                _ => {}
+            }
+        }
         let message = Message {
             message_id: format!("a{k}"),
             client_message_id: None,
@@ -273,6 +362,9 @@ impl Builder {
             event_id: cursor(seq),
             author: None,
             attachments: Vec::new(),
+            parent_id: Some(format!("m{k}")),
+            siblings: None,
+            requests,
         };
         self.push(
             seq,
@@ -313,6 +405,7 @@ impl SimSession {
             messages,
             cursor: cursor(c),
             has_more: false,
+            leaf_id: None,
         }
     }
 
@@ -340,7 +433,7 @@ impl SimSession {
         for e in self.until(c) {
             let Some(t) = &e.turn_id else { continue };
             match &e.body {
-                EventBody::TurnQueued {} => active.push(ActiveTurn::new(t.clone(), SESSION)),
+                EventBody::TurnQueued { .. } => active.push(ActiveTurn::new(t.clone(), SESSION)),
                 EventBody::TurnEnded { .. } => active.retain(|a| &a.turn_id != t),
                 body => {
                     if let Some(a) = active.iter_mut().find(|a| &a.turn_id == t) {

@@ -34,6 +34,9 @@ fn user_msg(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Message {
         event_id: format!("e1-{seq}"),
         author: None,
         attachments: Vec::new(),
+        parent_id: None,
+        siblings: None,
+        requests: Vec::new(),
     }
 }
 
@@ -49,6 +52,9 @@ fn reply(seq: i64, n: u32, status: MessageStatus, content: &str) -> Message {
         event_id: format!("e1-{seq}"),
         author: None,
         attachments: Vec::new(),
+        parent_id: None,
+        siblings: None,
+        requests: Vec::new(),
     }
 }
 
@@ -88,6 +94,7 @@ fn history(cursor: &str, messages: Vec<Message>) -> HistoryResponse {
         messages,
         cursor: cursor.into(),
         has_more: false,
+        leaf_id: None,
     }
 }
 
@@ -105,6 +112,7 @@ fn info(n: u32, state: TurnState, text: &str, message: Option<Message>) -> TurnI
         message,
         error: None,
         usage: None,
+        requests: Vec::new(),
     }
 }
 
@@ -119,7 +127,7 @@ fn statuses(c: &Conversation) -> Vec<(String, EntryStatus)> {
 #[test]
 fn optimistic_bubble_becomes_the_server_message_once() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "hello", &[], 5);
+    c.send_local("c1", "hello", &[], 5, None);
     assert_eq!(statuses(&c), vec![("c1".into(), EntryStatus::Sending)]);
     assert!(!c.view().busy, "no turn exists before the server accepts");
 
@@ -151,7 +159,7 @@ fn optimistic_bubble_becomes_the_server_message_once() {
 #[test]
 fn the_author_is_the_servers_and_survives_the_cache() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "mine", &[], 5);
+    c.send_local("c1", "mine", &[], 5, None);
     assert_eq!(
         c.view().messages[0].author,
         None,
@@ -198,7 +206,7 @@ fn the_author_is_the_servers_and_survives_the_cache() {
 fn post_answer_first_places_the_bubble_and_its_reply() {
     let mut c = Conversation::new(S);
     c.apply_history(&history("e1-3", vec![user_msg(2, 0, None, "old")]));
-    c.send_local("c1", "new", &[], 5);
+    c.send_local("c1", "new", &[], 5, None);
     c.apply_post_response(&PostMessageResponse {
         message_id: "m1".into(),
         client_message_id: Some("c1".into()),
@@ -219,7 +227,7 @@ fn post_answer_first_places_the_bubble_and_its_reply() {
 #[test]
 fn a_message_from_another_tab_is_shown_not_filtered() {
     let mut c = Conversation::new(S);
-    c.send_local("mine", "a", &[], 5);
+    c.send_local("mine", "a", &[], 5, None);
     c.apply_event(&received(10, 1, Some("theirs"), "from the phone"));
     let v = c.view();
     assert_eq!(v.messages.len(), 3);
@@ -240,6 +248,7 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
         content: "hi".into(),
         attachments: crate::reducer::sim::attachments_of(1),
         created_at: 1,
+        on_busy: None,
     };
     assert!(!relay.apply(&mut c));
     assert_eq!(c.view(), before);
@@ -249,6 +258,7 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
         content: "no".into(),
         attachments: Vec::new(),
         created_at: 1,
+        on_busy: None,
     };
     assert!(!other_session.apply(&mut c));
 }
@@ -269,7 +279,7 @@ fn attachments_show_from_every_source() {
 
     // Our own send: shown at once, kept through the POST answer and the server's copy.
     let mut mine = Conversation::new(S);
-    mine.send_local("c1", "look", &files, 5);
+    mine.send_local("c1", "look", &files, 5, None);
     assert_eq!(mine.view().messages[0].attachments, shown);
     assert_eq!(mine.outbox()[0].attachments, files);
     mine.apply_post_response(&PostMessageResponse {
@@ -296,6 +306,7 @@ fn attachments_show_from_every_source() {
         content: "look".into(),
         attachments: files.clone(),
         created_at: 5,
+        on_busy: None,
     };
     assert!(relay.apply(&mut sibling));
     assert_eq!(sibling.view().messages[0].attachments, shown);
@@ -314,6 +325,7 @@ fn attachments_show_from_every_source() {
         ],
         cursor: "e1-8".into(),
         has_more: false,
+        leaf_id: None,
     });
     let v = fresh.view();
     assert_eq!(v.messages[0].attachments, shown);
@@ -323,7 +335,7 @@ fn attachments_show_from_every_source() {
 #[test]
 fn rejection_is_final_unless_the_server_has_the_message() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "x", &[], 5);
+    c.send_local("c1", "x", &[], 5, None);
     let err = ErrorDetail {
         code: "content_too_large".into(),
         message: "too big".into(),
@@ -346,9 +358,9 @@ fn rejection_is_final_unless_the_server_has_the_message() {
 #[test]
 fn outbox_is_in_send_order() {
     let mut c = Conversation::new(S);
-    c.send_local("b", "second", &[], 7);
-    c.send_local("a", "first", &[], 5);
-    c.send_local("c", "third", &[], 7);
+    c.send_local("b", "second", &[], 7, None);
+    c.send_local("a", "first", &[], 5, None);
+    c.send_local("c", "third", &[], 7, None);
     let ids: Vec<String> = c
         .outbox()
         .into_iter()
@@ -698,7 +710,7 @@ fn a_turn_missing_from_a_later_snapshot_is_checked() {
 fn a_new_journal_drops_the_old_one_but_keeps_the_outbox() {
     let mut c = Conversation::new(S);
     c.apply_event(&received(1, 1, Some("c1"), "old"));
-    c.send_local("c2", "unsent", &[], 9);
+    c.send_local("c2", "unsent", &[], 9, None);
     c.apply_history(&history(
         "e2-0",
         vec![], // the server's database was recreated
@@ -716,7 +728,7 @@ fn a_cache_of_a_dead_journal_brings_only_unsent_messages() {
     c.apply_history(&history("e2-5", vec![]));
     let mut rec = cached_mid_turn();
     let mut outbox = Conversation::new(S);
-    outbox.send_local("c9", "queued offline", &[], 5);
+    outbox.send_local("c9", "queued offline", &[], 5, None);
     rec.users.extend(outbox.to_cache().users);
     assert!(c.apply_cache(&rec));
     assert_eq!(statuses(&c), vec![("c9".into(), EntryStatus::Sending)]);
@@ -756,7 +768,7 @@ fn connection_and_gap_are_part_of_the_view() {
 #[test]
 fn view_json_is_camel_case_with_closed_unions() {
     let mut c = Conversation::new(S);
-    c.send_local("c1", "hi", &[], 5);
+    c.send_local("c1", "hi", &[], 5, None);
     let json = serde_json::to_value(c.view()).unwrap_or_default();
     assert_eq!(json["sessionId"], "s1");
     assert_eq!(json["connection"], "connecting");
@@ -811,7 +823,7 @@ fn a_bounded_cache_keeps_the_newest_and_everything_unfinished() {
             c.apply_event(&ended(seq + 5, n, TurnState::Completed, "a"));
         }
     }
-    c.send_local("c9", "unsent", &[], 99);
+    c.send_local("c9", "unsent", &[], 99, None);
     let rec = c.to_cache_bounded(2);
     let users: Vec<&str> = rec.users.iter().map(|u| u.key.as_str()).collect();
     let turns: Vec<&str> = rec.turns.iter().map(|t| t.turn_id.as_str()).collect();
@@ -902,4 +914,117 @@ fn a_cache_join_keeps_the_account_that_missed_nothing() {
             "the join lost what a tab showed"
         );
     }
+}
+
+/// `t1` started and asked `r0` (an approval) and `r2` (a question).
+fn asking() -> Conversation {
+    use crate::reducer::sim;
+    let mut c = Conversation::new(S);
+    c.apply_event(&received(1, 1, Some("c1"), "deploy"));
+    c.apply_event(&ev(2, "t1", EventBody::TurnStarted {}));
+    c.apply_event(&ev(3, "t1", EventBody::InputRequested(sim::request(1, 0))));
+    c.apply_event(&ev(4, "t1", EventBody::InputRequested(sim::request(1, 2))));
+    c
+}
+
+#[test]
+fn an_answer_given_here_shows_at_once_and_waits_in_the_outbox() {
+    use crate::reducer::sim;
+    use turnstream_protocol::{InputGiven, RequestKind};
+    let mut c = asking();
+    let reply = |c: &Conversation| c.view().messages[1].clone();
+    assert_eq!(reply(&c).status, EntryStatus::Waiting);
+    assert_eq!(reply(&c).requests.len(), 2);
+    assert_eq!(
+        c.find_request("r0"),
+        Some(("t1".to_owned(), RequestKind::Approval))
+    );
+    let yes = sim::answer(1, 0, true);
+    assert!(c.answer_local("t1", "r0", &yes, false));
+    assert_eq!(reply(&c).requests[0].answer.as_ref(), Some(&yes));
+    assert_eq!(reply(&c).status, EntryStatus::Waiting, "r2 is still open");
+    assert_eq!(c.next_answer().map(|a| a.request_id), Some("r0".into()));
+    assert_eq!(c.local_answer_sent("t1", "r0"), Some(false));
+    assert!(c.answer_posted("t1", "r0"));
+    assert_eq!(c.next_answer(), None, "taken: not posted again");
+    assert_eq!(c.local_answer_sent("t1", "r0"), Some(true));
+
+    // Another device answered r2 first: its answer shows, ours is refused.
+    let mine = sim::answer(1, 2, false);
+    c.answer_local("t1", "r2", &mine, false);
+    assert_eq!(reply(&c).status, EntryStatus::Streaming);
+    let theirs = InputGiven {
+        request_id: "r2".into(),
+        by: Some("bob".into()),
+        answer: sim::answer(1, 2, true),
+    };
+    assert!(c.apply_given("t1", &theirs));
+    assert_eq!(reply(&c).requests[1].answer.as_ref(), Some(&theirs.answer));
+    assert_eq!(reply(&c).requests[1].answered_by.as_deref(), Some("bob"));
+    assert!(c.drop_answer("t1", "r2"));
+    assert_eq!(c.local_answer_sent("t1", "r2"), None);
+    // The journal says the same later: nothing shown changes.
+    let before = c.view();
+    c.apply_event(&ev(6, "t1", EventBody::InputGiven(theirs)));
+    assert_eq!(c.view(), before);
+}
+
+#[test]
+fn requests_come_from_snapshots_turn_statuses_and_the_cache() {
+    use crate::reducer::sim;
+    let live = asking();
+    // A tab that opens the stream later reads them from the snapshot.
+    let mut at = ActiveTurn::new("t1", S);
+    at.apply(&EventBody::TurnStarted {});
+    at.apply(&EventBody::InputRequested(sim::request(1, 0)));
+    at.apply(&EventBody::InputRequested(sim::request(1, 2)));
+    assert_eq!(at.state, TurnState::Waiting);
+    let mut c = Conversation::new(S);
+    c.apply_history(&HistoryResponse {
+        session_id: S.into(),
+        messages: vec![user_msg(1, 1, Some("c1"), "deploy")],
+        cursor: "e1-4".into(),
+        has_more: false,
+        leaf_id: None,
+    });
+    c.apply_snapshot(&Snapshot {
+        cursor: "e1-4".into(),
+        active_turns: vec![at],
+    });
+    assert_eq!(c.view().messages, live.view().messages);
+    // A reload reads them from the cache, answers given here included.
+    let mut answered = live.clone();
+    answered.answer_local("t1", "r0", &sim::answer(1, 0, true), false);
+    let mut reloaded = Conversation::new(S);
+    reloaded.apply_cache(&answered.to_cache());
+    assert_eq!(reloaded.view().messages, answered.view().messages);
+    assert_eq!(reloaded.next_answer(), answered.next_answer());
+    // A turn that ended while no page listened keeps its requests from its status.
+    let mut info = TurnInfo {
+        turn_id: "t1".into(),
+        session_id: S.into(),
+        state: TurnState::Completed,
+        created_at: 1,
+        started_at: Some(2),
+        ended_at: Some(9),
+        text: "done".into(),
+        thinking: String::new(),
+        tools: vec![],
+        message: Some(reply(9, 1, MessageStatus::Complete, "done")),
+        error: None,
+        usage: None,
+        requests: vec![],
+    };
+    let mut r = turnstream_protocol::TurnRequest::open(&sim::request(1, 0));
+    r.answer = Some(sim::answer(1, 0, true));
+    info.requests = vec![r];
+    reloaded.apply_turn_info("t1", Some(&info));
+    let v = reloaded.view();
+    assert_eq!(v.messages[1].status, EntryStatus::Complete);
+    assert_eq!(v.messages[1].requests.len(), 1);
+    assert_eq!(
+        reloaded.next_answer(),
+        None,
+        "an ended turn takes no answer"
+    );
 }

@@ -2,7 +2,7 @@
 //! (camelCase, closed string unions).
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::{Attachment, MessageStatus, ToolCall, ToolStatus};
+use turnstream_protocol::{Attachment, MessageStatus, ToolCall, ToolStatus, TurnRequest};
 
 use super::entry::{AssistantEntry, EntryError, UserEntry, UserStatus};
 
@@ -56,8 +56,8 @@ impl Role {
     }
 }
 
-/// `sending|sent|rejected` for user entries, `queued|streaming|complete|cancelled|failed|interrupted`
-/// for assistant entries.
+/// `sending|sent|rejected` for user entries,
+/// `queued|streaming|waiting|complete|cancelled|failed|interrupted` for assistant entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryStatus {
@@ -66,6 +66,8 @@ pub enum EntryStatus {
     Rejected,
     Queued,
     Streaming,
+    /// The agent asked something no one has answered yet (contract v1.2).
+    Waiting,
     Complete,
     Cancelled,
     Failed,
@@ -80,6 +82,7 @@ impl EntryStatus {
             EntryStatus::Rejected => "rejected",
             EntryStatus::Queued => "queued",
             EntryStatus::Streaming => "streaming",
+            EntryStatus::Waiting => "waiting",
             EntryStatus::Complete => "complete",
             EntryStatus::Cancelled => "cancelled",
             EntryStatus::Failed => "failed",
@@ -157,6 +160,10 @@ pub struct EntryView {
     pub author: Option<String>,
     /// The files a user message refers to (contract v1.2); empty for replies.
     pub attachments: Vec<AttachmentView>,
+    /// What the agent asked in this turn and the answers (contract v1.2); empty for user
+    /// messages. `answer` is the journal's, else the one given in this browser (shown before
+    /// the server has it); `answered_by` is the journal's.
+    pub requests: Vec<TurnRequest>,
 }
 
 /// Everything a UI renders for one session.
@@ -212,6 +219,7 @@ pub(crate) fn user_view(u: &UserEntry) -> EntryView {
         created_at: Some(u.created_at),
         author: u.author.clone(),
         attachments: u.attachments.iter().map(AttachmentView::from).collect(),
+        requests: Vec::new(),
     }
 }
 
@@ -235,7 +243,9 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
             }),
         ),
         None => (
-            if a.progress.running {
+            if a.is_waiting() {
+                EntryStatus::Waiting
+            } else if a.progress.running {
                 EntryStatus::Streaming
             } else {
                 EntryStatus::Queued
@@ -245,6 +255,12 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
             None,
         ),
     };
+    let mut requests = a.progress.requests.clone();
+    for r in &mut requests {
+        if r.answer.is_none() {
+            r.answer = a.local_answer(&r.request_id).map(|l| l.answer.clone());
+        }
+    }
     EntryView {
         key: assistant_key(&a.turn_id),
         role: Role::Assistant,
@@ -260,6 +276,7 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
         created_at: None,
         author: None,
         attachments: Vec::new(),
+        requests,
     }
 }
 

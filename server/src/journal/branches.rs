@@ -150,15 +150,6 @@ fn in_order(
     )
 }
 
-/// The only place of a message of a session that never branched.
-fn alone(message: &Message) -> Siblings {
-    Siblings {
-        index: 0,
-        count: 1,
-        ids: vec![message.message_id.clone()],
-    }
-}
-
 impl Journal {
     /// A page of the session's history along a branch, oldest first, and the journal position of
     /// exactly this snapshot: the active branch, or (`leaf`) the branch through that message
@@ -185,9 +176,6 @@ impl Journal {
                 let has_more = page.len() > limit;
                 page.truncate(limit);
                 page.reverse();
-                for m in &mut page {
-                    m.siblings = Some(alone(m));
-                }
                 let cursor = Cursor::new(epoch, conn.head()?).to_string();
                 return Ok(HistoryResponse {
                     session_id: session_id.clone(),
@@ -221,7 +209,9 @@ impl Journal {
             };
             messages.reverse();
             for m in &mut messages {
-                m.siblings = Some(siblings(conn, &session_id, m)?);
+                // Only a message with other versions says so: one without reads as in its
+                // events, as before branches.
+                m.siblings = Some(siblings(conn, &session_id, m)?).filter(|s| s.count > 1);
             }
             let cursor = Cursor::new(epoch, conn.head()?).to_string();
             Ok(HistoryResponse {

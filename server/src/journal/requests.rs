@@ -2,9 +2,11 @@
 //! a turn's open requests, counting them, and putting back in line a continuation that showed
 //! nothing yet. The requests' lifecycle is in [`super::inputs`].
 
+use turnstream_protocol::{InputRequest, RawJson, TurnRequest};
+
 use super::sql::{params, Sql};
 use super::WriteCtx;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Closes the requests still open when turn `turn_id` ends: they can no longer be answered.
 pub(super) fn close_requests(ctx: &mut WriteCtx<'_>, turn_id: &str) -> Result<()> {
@@ -62,4 +64,28 @@ pub(super) fn requeue_untouched(
         params![turn_id],
     )?;
     Ok(n == 1)
+}
+
+/// A turn's requests with their answers, in the order they were opened.
+pub(super) fn requests_of(conn: &dyn Sql, turn_id: &str) -> Result<Vec<TurnRequest>> {
+    let rows = conn.query(
+        "SELECT request, answer, answered_by FROM input_requests WHERE turn_id = ?1
+         ORDER BY requested_seq",
+        params![turn_id],
+    )?;
+    rows.iter()
+        .map(|r| {
+            let request: InputRequest = serde_json::from_str(&r.text(0)?)?;
+            let mut shown = TurnRequest::open(&request);
+            shown.answer = match r.opt_text(1)? {
+                Some(a) => Some(
+                    RawJson::parse(&a)
+                        .ok_or_else(|| Error::Corrupt("a recorded answer is not JSON".into()))?,
+                ),
+                None => None,
+            };
+            shown.answered_by = r.opt_text(2)?;
+            Ok(shown)
+        })
+        .collect()
 }

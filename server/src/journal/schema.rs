@@ -121,6 +121,8 @@ CREATE TABLE input_requests (
     PRIMARY KEY (turn_id, request_id)
 ) WITHOUT ROWID;
 CREATE INDEX input_requests_open ON input_requests(expires_at) WHERE answer IS NULL AND closed_at IS NULL;
+-- An assistant message's requests and their answers, as JSON (NULL for none).
+ALTER TABLE messages ADD COLUMN requests TEXT;
 ALTER TABLE turns ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
 DROP INDEX turns_active;
 CREATE INDEX turns_active ON turns(session_id, queued_seq) WHERE state IN ('queued', 'running', 'waiting');

@@ -115,7 +115,7 @@ fn parse_state(s: &str) -> Result<TurnState> {
 }
 
 pub(super) const MESSAGE_COLUMNS: &str =
-    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, attachments, parent_id";
+    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, attachments, parent_id, requests";
 
 /// The `attachments` column: a JSON array, NULL for none (every message before v1.2, and most
 /// after), so a message without attachments costs nothing more to store.
@@ -154,6 +154,11 @@ pub(super) fn message_from_row(r: &Row, epoch: &str) -> Result<Message> {
         attachments: attachments_from_column(r.opt_text(9)?)?,
         parent_id: r.opt_text(10)?,
         siblings: None,
+        requests: match r.opt_text(11)? {
+            None => Vec::new(),
+            Some(json) => serde_json::from_str(&json)
+                .map_err(|e| Error::Corrupt(format!("a message's requests: {e}")))?,
+        },
     })
 }
 
@@ -315,6 +320,7 @@ impl Journal {
                     attachments: attachments.clone(),
                     parent_id: parent.clone(),
                     siblings: None,
+                    requests: Vec::new(),
                 };
                 message = Some(m.clone());
                 EventBody::MessageReceived { message: m }
@@ -591,6 +597,12 @@ pub(super) fn end_turn_in(
     ctx.fences.retain(|(t, _)| t != turn_id);
     super::requests::close_requests(ctx, turn_id)?;
     let message_id = turn.reply_id.clone().unwrap_or_else(|| new_id("msg"));
+    let requests = super::requests::requests_of(ctx.conn, turn_id)?;
+    let stored_requests = if requests.is_empty() {
+        None
+    } else {
+        Some(serde_json::to_string(&requests)?)
+    };
     let now = ctx.now;
     let mut message = None;
     let seq = ctx.append(&turn.session_id, Some(turn_id), |cursor| {
@@ -607,6 +619,7 @@ pub(super) fn end_turn_in(
             attachments: Vec::new(),
             parent_id: Some(turn.user_message_id.clone()),
             siblings: None,
+            requests: requests.clone(),
         };
         message = Some(m.clone());
         EventBody::TurnEnded {
@@ -632,9 +645,9 @@ pub(super) fn end_turn_in(
         return Err(Error::Corrupt("turn changed state during end".into()));
     }
     ctx.conn.execute(
-        "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position, parent_id)
+        "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position, parent_id, requests)
          VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7,
-                 COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * CAST(?7 AS BIGINT) + 1), ?8)",
+                 COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * CAST(?7 AS BIGINT) + 1), ?8, ?9)",
         params![
             &message_id,
             &turn.session_id,
@@ -643,7 +656,8 @@ pub(super) fn end_turn_in(
             turn_id,
             now,
             seq,
-            &turn.user_message_id
+            &turn.user_message_id,
+            &stored_requests
         ],
     )?;
     Ok(message)

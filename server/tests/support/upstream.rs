@@ -248,6 +248,7 @@ pub fn message(role: Role, content: &str, status: MessageStatus) -> Message {
         attachments: Vec::new(),
         parent_id: None,
         siblings: None,
+        requests: Vec::new(),
     }
 }
 

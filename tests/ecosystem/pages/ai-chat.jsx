@@ -1,7 +1,10 @@
 // useChat over turnstream/ai-sdk, built once per AI SDK major (ai5, ai6, ai7: `@ai-sdk/react`
 // aliased to the major's package). ?session=<id>&resume=1&initial=1&watch=1&wait=<ms>
 // - initial: useChat starts with `await transport.messages(session)` (`wait`: its timeoutMs);
-// - watch: `transport.watch(session, setMessages)` while the component is mounted.
+// - watch: `transport.watch(session, setMessages)` while the component is mounted;
+// - asks: the agent's requests answered the AI SDK way: `onToolCall` runs the client tool
+//   `get_location` (`addToolOutput`, `addToolResult` in ai 5) and useChat sends again once the
+//   last reply's tool calls are answered (`sendAutomaticallyWhen`, with the major's helpers).
 // Published for the tests: window.view (what useChat shows), window.initial (what `messages`
 // answered), window.requests (every chunk the transport produced, per request), window.seen
 // (every messages array useChat rendered, to check nothing was ever shown twice) and
@@ -10,11 +13,17 @@ import { useChat } from "@ai-sdk/react";
 import { useEffect, useState } from "react";
 import { createRoot } from "react-dom/client";
 import { TurnstreamChatTransport } from "turnstream/ai-sdk";
+import * as aiExports from "ai-helpers";
 
 const params = new URLSearchParams(location.search);
 const session = params.get("session");
 const resume = params.get("resume") === "1";
 const watch = params.get("watch") === "1";
+const asks = params.get("asks") === "1";
+// ai 5 has no approvals (and no helper for them).
+const ai = { ...aiExports };
+/** What the page's client tool returns. */
+window.LOCATION = { lat: 48.85, lon: 2.35, label: "Paris" };
 window.aiVersion = __AI_VERSION__;
 
 window.requests = [];
@@ -58,12 +67,24 @@ const textOf = (m) => m.parts.filter((p) => p.type === "text").map((p) => p.text
 window.seen = [];
 
 function Chat() {
-  const { messages, sendMessage, setMessages, stop, status, error } = useChat({ id: session, transport, resume, messages: initial });
+  const answers = asks ? {
+    // A client tool's output or an approval's answer: either completes the reply's last step.
+    sendAutomaticallyWhen: (o) => ai.lastAssistantMessageIsCompleteWithToolCalls(o) ||
+      (ai.lastAssistantMessageIsCompleteWithApprovalResponses?.(o) ?? false),
+    onToolCall: ({ toolCall }) => {
+      if (toolCall.toolName !== "get_location") return;
+      const add = window.chat.addToolOutput ?? window.chat.addToolResult;
+      // Not awaited inside onToolCall (the AI SDK's advice).
+      add({ tool: toolCall.toolName, toolCallId: toolCall.toolCallId, output: window.LOCATION });
+    },
+  } : {};
+  const { messages, sendMessage, setMessages, stop, status, error, addToolOutput, addToolResult, addToolApprovalResponse } =
+    useChat({ id: session, transport, resume, messages: initial, ...answers });
   useEffect(() => (watch ? transport.watch(session, setMessages) : undefined), [setMessages]);
   useEffect(() => {
     window.seen.push(messages.map((m) => ({ id: m.id, role: m.role, text: textOf(m) })));
   }, [messages]);
-  window.chat = { sendMessage, stop };
+  window.chat = { sendMessage, stop, addToolOutput, addToolResult, addToolApprovalResponse };
   window.view = { status, error: error ? error.message : null, messages };
   const [, force] = useState(0);
   useEffect(() => {

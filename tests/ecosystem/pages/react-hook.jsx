@@ -1,6 +1,7 @@
 // useTurnstream under StrictMode (built once with React 19, once with React 18). The page counts
 // live ChatClients and subscriptions by wrapping the package's ChatClient, and exposes
-// window.app: mount(session, storage), unmount(), setSession(session), send(text), cancel(), counts().
+// window.app: mount(session, storage), unmount(), setSession(session), send(text), respond(id, answer),
+// cancel(), counts().
 import { StrictMode, useState, version } from "react";
 import { createRoot } from "react-dom/client";
 import { ChatClient } from "turnstream";
@@ -42,7 +43,7 @@ function Chat({ sessionId, storage }) {
   counts.renders++;
   api = t;
   window.view = { sessionId: t.state.sessionId, connection: t.state.connection, busy: t.state.busy,
-    messages: t.state.messages.map((m) => ({ key: m.key, role: m.role, status: m.status, content: m.content })) };
+    messages: t.state.messages.map((m) => ({ key: m.key, role: m.role, status: m.status, content: m.content, requests: m.requests })) };
   return (
     <ul>
       {t.state.messages.map((m) => <li key={m.key} data-role={m.role} data-status={m.status}>{m.content}</li>)}
@@ -72,10 +73,12 @@ window.app = {
   setSession: (s) => setSession(s),
   send: (text) => api.send(text),
   cancel: (turnId) => api.cancel(turnId),
+  respond: (requestId, answer) => api.respond(requestId, answer),
   loadOlder: () => api.loadOlder(),
   sameCallbacks: () => {
     const first = api;
-    return () => first.send === api.send && first.cancel === api.cancel && first.loadOlder === api.loadOlder;
+    return () => first.send === api.send && first.respond === api.respond && first.cancel === api.cancel &&
+      first.loadOlder === api.loadOlder;
   },
   counts: () => ({ ...counts, clients: counts.connects - counts.closes, subscriptions: counts.subscribes - counts.unsubscribes }),
 };

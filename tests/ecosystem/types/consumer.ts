@@ -42,5 +42,16 @@ export function react(): number {
   void r.cancel().then((x) => x?.state);
   void r.cancel("turn-1");
   void r.loadOlder().then((x) => x.added);
-  return r.state.messages.filter((m) => m.role === "assistant" && m.status === "streaming").length;
+  // Agents that ask (v1.2): the reply's requests, answered with respond; onBusy on send.
+  void r.send("stop that", { onBusy: "interrupt" });
+  for (const m of r.state.messages) {
+    if (m.role !== "assistant") continue;
+    for (const q of m.requests) {
+      if (q.answer !== null) continue;
+      if (q.kind === "approval") void r.respond(q.requestId, { approved: true, reason: `runs ${q.tool?.name}` });
+      else if (q.kind === "client_tool") void r.respond(q.requestId, { output: { input: q.tool?.input } });
+      else void r.respond(q.requestId, q.options?.[0] ?? "yes").catch((e: { code: string }) => e.code);
+    }
+  }
+  return r.state.messages.filter((m) => m.role === "assistant" && (m.status === "streaming" || m.status === "waiting")).length;
 }

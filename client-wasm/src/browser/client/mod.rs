@@ -25,9 +25,11 @@ use super::stream::Signal;
 use crate::codec;
 use crate::reducer::keyed::Keys;
 use crate::reducer::{Connection, Conversation};
+pub(crate) use answers::coded_error;
 use connection::LoopSignal;
 use render::Rendered;
 
+mod answers;
 mod cache;
 mod connection;
 mod older;
@@ -72,6 +74,8 @@ pub(crate) struct Client {
     ever_live: Cell<bool>,
     /// The current stream delivered a snapshot or an event (it is not a resync loop).
     delivered: Cell<bool>,
+    /// `respond` promises still waiting for the server's verdict.
+    waiters: RefCell<Vec<answers::Waiter>>,
 }
 
 impl Client {
@@ -116,6 +120,7 @@ impl Client {
             outbox_again: Cell::new(false),
             ever_live: Cell::new(false),
             delivered: Cell::new(false),
+            waiters: RefCell::new(Vec::new()),
         });
 
         // The cache first: the page shows the last known view before any network round trip.
@@ -194,6 +199,14 @@ impl Client {
         set(&out, "turnId", &resp.turn_id.as_str().into());
         set(&out, "state", &codec::turn_state_name(resp.state).into());
         Ok(out.into())
+    }
+
+    /// The turn a request shown belongs to, and its kind.
+    pub(crate) fn find_request(
+        &self,
+        request_id: &str,
+    ) -> Option<(String, turnstream_protocol::RequestKind)> {
+        self.conv.borrow().find_request(request_id)
     }
 
     pub(crate) fn is_closed(&self) -> bool {

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use turnstream_protocol::{Attachment, ErrorDetail, PostMessageResponse};
+use turnstream_protocol::{Attachment, ErrorDetail, OnBusy, PostMessageResponse};
 use wasm_bindgen_futures::spawn_local;
 
 use super::Client;
@@ -19,17 +19,27 @@ impl Client {
         self: &Rc<Self>,
         content: String,
         attachments: Vec<Attachment>,
+        on_busy: Option<OnBusy>,
     ) -> String {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
         self.own.borrow_mut().add(client_message_id.clone());
-        self.update(|c| c.send_local(&client_message_id, &content, &attachments, created_at));
+        self.update(|c| {
+            c.send_local(
+                &client_message_id,
+                &content,
+                &attachments,
+                created_at,
+                on_busy,
+            )
+        });
         self.broadcast(&TabMessage::Optimistic {
             session_id: self.endpoint.session_id.clone(),
             client_message_id: client_message_id.clone(),
             content,
             attachments,
             created_at,
+            on_busy,
         });
         // On disk before the first attempt: a reload from here on still has it to post.
         self.save_now().await;
@@ -76,6 +86,20 @@ impl Client {
             if self.closed.get() {
                 return;
             }
+            // Answers first: a waiting turn holds back every message queued behind it. (Any
+            // tab may post any answer: a second post of the same answer is answered 200.)
+            let answer = self.conv.borrow().next_answer();
+            if let Some(a) = answer {
+                match self.post_answer(a).await {
+                    None => attempt = 0,
+                    Some(after) => {
+                        let ms = after.unwrap_or_else(|| backoff_ms(attempt, env::random()));
+                        attempt = attempt.saturating_add(1);
+                        self.net_waker.sleep(ms).await;
+                    }
+                }
+                continue;
+            }
             let next = {
                 let own = self.own.borrow();
                 self.conv
@@ -88,7 +112,12 @@ impl Client {
             let client_message_id = next.client_message_id;
             let wait = match self
                 .endpoint
-                .post_message(&client_message_id, &next.content, &next.attachments)
+                .post_message(
+                    &client_message_id,
+                    &next.content,
+                    &next.attachments,
+                    next.on_busy,
+                )
                 .await
             {
                 Ok(mut resp) => {
@@ -100,6 +129,7 @@ impl Client {
                     status,
                     error,
                     retry_after,
+                    ..
                 }) => match classify_post(status) {
                     PostOutcome::Rejected => {
                         self.rejected(&client_message_id, error);

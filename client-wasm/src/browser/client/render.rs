@@ -7,6 +7,7 @@ use js_sys::{Array, Function, Object};
 use wasm_bindgen::prelude::*;
 use web_sys::console;
 
+use super::answers::parsed;
 use super::{opt_str, set, Client};
 use crate::codec;
 use crate::reducer::entry::EntryError;
@@ -24,6 +25,7 @@ pub(super) struct Rendered {
 
 impl Client {
     pub(super) fn notify(&self) {
+        self.settle_waiters();
         let revision = self.conv.borrow().revision();
         if self.notified.replace(Some(revision)) == Some(revision) {
             return;
@@ -166,5 +168,44 @@ fn entry_js(e: &EntryView) -> Object {
         attachments.push(&js);
     }
     set(&o, "attachments", &attachments);
+    let requests = Array::new();
+    for r in &e.requests {
+        let js = Object::new();
+        set(&js, "requestId", &r.request_id.as_str().into());
+        set(&js, "kind", &r.kind.as_str().into());
+        let tool = match &r.tool {
+            Some(t) => {
+                let tool = Object::new();
+                set(&tool, "callId", &t.call_id.as_str().into());
+                set(&tool, "name", &t.name.as_str().into());
+                set(&tool, "input", &parsed(&t.input));
+                tool.into()
+            }
+            None => JsValue::NULL,
+        };
+        set(&js, "tool", &tool);
+        set(&js, "prompt", &opt_str(&r.prompt));
+        let options = match &r.options {
+            Some(list) => list
+                .iter()
+                .map(|o| JsValue::from_str(o))
+                .collect::<Array>()
+                .into(),
+            None => JsValue::NULL,
+        };
+        set(&js, "options", &options);
+        let expires_at = r
+            .expires_at
+            .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
+        set(&js, "expiresAt", &expires_at);
+        set(
+            &js,
+            "answer",
+            &r.answer.as_ref().map_or(JsValue::NULL, parsed),
+        );
+        set(&js, "answeredBy", &opt_str(&r.answered_by));
+        requests.push(&js);
+    }
+    set(&o, "requests", &requests);
     o
 }

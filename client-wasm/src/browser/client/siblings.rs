@@ -18,7 +18,10 @@ impl Client {
                     return;
                 }
                 me.update(|c| msg.apply(c));
-                if matches!(msg, TabMessage::Optimistic { .. }) {
+                if matches!(
+                    msg,
+                    TabMessage::Optimistic { .. } | TabMessage::Answer { .. }
+                ) {
                     // If the sibling dies before posting it, someone must: the lock decides who.
                     me.kick_outbox();
                 }

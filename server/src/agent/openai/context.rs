@@ -149,6 +149,7 @@ mod tests {
             attachments: Vec::new(),
             parent_id: None,
             siblings: None,
+            requests: Vec::new(),
         }
     }
 
