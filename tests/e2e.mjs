@@ -168,6 +168,36 @@ scenario("cancel a running turn: it ends cancelled in every tab", ["--demo-delay
   return b;
 });
 
+scenario("the agent asks: an approval card in two tabs, answered in one; a question answered by text; a tool the page runs", ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
+  const a = await openPage(context, server, session);
+  const b = await openPage(context, server, session);
+  const card = (kind) => `[data-testid=message][data-role=assistant] [data-testid=request][data-kind=${kind}]`;
+  await send(a, "/approve deploy prod");
+  for (const [name, page] of [["A", a], ["B", b]]) {
+    await until(`tab ${name} to show the approval card`, async () => page.locator(`${card("approval")}[data-state=open]`).count());
+  }
+  assertEq(assistants(await view(b))[0].status, "waiting", "the reply waits for the answer");
+  await b.click(`${card("approval")} [data-testid=approve]`);
+  for (const [name, page] of [["A", a], ["B", b]]) {
+    await until(`tab ${name} to show the approved reply`, async () => assistants(await view(page))[0]?.text === "Approved: deploy prod");
+    await until(`tab ${name} to show the card answered`, async () => page.locator(`${card("approval")}[data-state=answered]`).count());
+  }
+  await send(a, "/ask your name?");
+  await until("the question card", async () => a.locator(`${card("question")}[data-state=open]`).count());
+  await a.fill(`${card("question")} [data-testid=answer-input]`, "Ada");
+  await a.click(`${card("question")} [data-testid=answer]`);
+  await until("the answered reply", async () => assistants(await view(a))[1]?.text === "You answered: Ada");
+  await send(a, "/clienttool page_info");
+  const ran = await until("the tool's output in the reply", async () => {
+    const t = assistants(await view(a))[2]?.text ?? "";
+    return t.startsWith("The tool returned: ") && t;
+  });
+  const output = JSON.parse(ran.slice("The tool returned: ".length));
+  assertEq(output.title, "turnstream demo", "the page ran the tool");
+  await assertMatchesHistory(a, server, session);
+  return b;
+});
+
 scenario("a cursor older than retention: the page resyncs and shows the right history", ["--demo-delay-ms", "5", "--retention-secs", "1", "--cleanup-interval-secs", "1"], async ({ context, server, session }) => {
   const page = await openPage(context, server, session);
   await send(page, "/echo before going away");

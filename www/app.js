@@ -18,7 +18,7 @@ const els = new Map(); // entry key -> element
 
 const STATUS_LABEL = {
   sending: "sending…", sent: "", rejected: "not sent",
-  queued: "queued", streaming: "", complete: "",
+  queued: "queued", streaming: "", waiting: "waiting for you", complete: "",
   cancelled: "cancelled", failed: "failed", interrupted: "interrupted",
 };
 
@@ -64,8 +64,9 @@ function bubble(entry) {
       chat.cancel(b.dataset.turnId).catch((e) => console.warn("cancel failed", e));
     });
     actions.append(cancel);
+    const requests = el("div", "requests");
     b.append(thinking, tools);
-    b.append(el("div", "text"), el("div", "meta"), actions);
+    b.append(el("div", "text"), requests, el("div", "meta"), actions);
   } else {
     b.append(el("div", "text"), el("div", "meta"));
   }
@@ -78,7 +79,8 @@ function update(b, entry) {
   b.dataset.turnId = entry.turnId || "";
   b.dataset.recovered = entry.recovered ? "true" : "false";
   setText(b.querySelector(".text"), entry.content);
-  const live = entry.role === "assistant" && (entry.status === "queued" || entry.status === "streaming");
+  const live = entry.role === "assistant" &&
+    (entry.status === "queued" || entry.status === "streaming" || entry.status === "waiting");
   let meta = STATUS_LABEL[entry.status] ?? entry.status;
   if (entry.error && entry.error.message) meta += (meta ? ": " : "") + entry.error.message;
   if (entry.recovered) meta += (meta ? " · " : "") + "recovered";
@@ -99,8 +101,120 @@ function update(b, entry) {
     if (t.outputPreview) li.append(el("code", "tool-out", t.outputPreview.slice(0, 200)));
     return li;
   }));
+  renderRequests(b.querySelector(".requests"), entry.requests || []);
   b.querySelector(".actions").hidden = !live;
   if (live) b.querySelector(".cancel").disabled = false;
+}
+
+// ----- what the agent asks (approvals, questions, tools the page runs) -----
+
+/** The tools this page runs when an agent asks (`/clienttool NAME` in the demo agent). */
+const CLIENT_TOOLS = {
+  page_info: () => ({ title: document.title, width: innerWidth, height: innerHeight }),
+  get_time: () => ({ iso: new Date().toISOString(), zone: Intl.DateTimeFormat().resolvedOptions().timeZone }),
+  get_location: () => new Promise((resolve, reject) => {
+    if (!navigator.geolocation) return reject(new Error("this browser has no geolocation"));
+    navigator.geolocation.getCurrentPosition(
+      (p) => resolve({ lat: p.coords.latitude, lon: p.coords.longitude }),
+      (e) => reject(new Error(e.message || "location refused")),
+      { timeout: 10000 });
+  }),
+};
+
+/** Requests this tab already acted on (a client tool runs once per tab, not once per render). */
+const handled = new Set();
+
+function describeAnswer(r) {
+  const a = r.answer;
+  if (!a) return "";
+  const by = r.answeredBy ? ` (${r.answeredBy})` : "";
+  if (a.timed_out) return "timed out";
+  if (r.kind === "approval") return (a.approved ? "approved" : "denied") + (a.reason ? `: ${a.reason}` : "") + by;
+  if (r.kind === "question") return `answered: ${a.text}${by}`;
+  return ("error" in a ? `failed: ${a.error}` : `returned ${JSON.stringify(a.output)}`) + by;
+}
+
+function answer(requestId, value, card) {
+  for (const button of card.querySelectorAll("button, input")) button.disabled = true;
+  chat.respond(requestId, value).catch((e) => {
+    // Another tab or device answered first: the card shows that answer.
+    if (e.code !== "input_already_given") console.warn("answer failed", e);
+  });
+}
+
+async function runTool(r, card) {
+  const tool = CLIENT_TOOLS[r.tool.name];
+  try {
+    if (!tool) throw new Error(`this page has no tool "${r.tool.name}"`);
+    answer(r.requestId, { output: await tool(r.tool.input) }, card);
+  } catch (e) {
+    answer(r.requestId, { error: String(e.message || e) }, card);
+  }
+}
+
+function requestCard(r) {
+  const card = el("div", "request");
+  card.dataset.testid = "request";
+  card.dataset.kind = r.kind;
+  card.dataset.requestId = r.requestId;
+  card.dataset.state = r.answer ? "answered" : "open";
+  if (r.kind === "approval") {
+    card.append(el("div", "request-title", `Allow ${r.tool.name}?`), el("code", "request-input", JSON.stringify(r.tool.input)));
+  } else if (r.kind === "question") {
+    card.append(el("div", "request-title", r.prompt || "The agent asks"));
+  } else {
+    card.append(el("div", "request-title", `Runs ${r.tool.name} in this page`));
+  }
+  if (r.answer) {
+    card.append(el("div", "request-answer", describeAnswer(r)));
+    return card;
+  }
+  const row = el("div", "request-actions");
+  if (r.kind === "approval") {
+    const yes = el("button", "approve", "Approve");
+    const no = el("button", "deny", "Deny");
+    yes.type = no.type = "button";
+    yes.dataset.testid = "approve";
+    no.dataset.testid = "deny";
+    yes.addEventListener("click", () => answer(r.requestId, { approved: true }, card));
+    no.addEventListener("click", () => answer(r.requestId, { approved: false }, card));
+    row.append(yes, no);
+  } else if (r.kind === "question") {
+    for (const option of r.options || []) {
+      const b = el("button", "option", option);
+      b.type = "button";
+      b.dataset.testid = "option";
+      b.addEventListener("click", () => answer(r.requestId, option, card));
+      row.append(b);
+    }
+    const form = el("form", "request-form");
+    const text = el("input");
+    text.placeholder = "Your answer";
+    text.dataset.testid = "answer-input";
+    const send = el("button", "", "Answer");
+    send.dataset.testid = "answer";
+    form.append(text, send);
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      if (text.value.trim()) answer(r.requestId, text.value.trim(), card);
+    });
+    row.append(form);
+  } else if (!handled.has(r.requestId)) {
+    // A tool the browser runs: the first tab to see it runs it (another tab may answer first).
+    handled.add(r.requestId);
+    runTool(r, card);
+    row.append(el("span", "muted", "running…"));
+  }
+  card.append(row);
+  return card;
+}
+
+function renderRequests(node, requests) {
+  // Redrawn only when a request or an answer changed, so a typed answer is not lost.
+  const key = JSON.stringify(requests);
+  if (node.dataset.key === key) return;
+  node.dataset.key = key;
+  node.replaceChildren(...requests.map(requestCard));
 }
 
 function render(state) {

@@ -10,13 +10,15 @@
 //! - [`turns`]: turn execution in one [`turns::Mode`] (this server's agent on one node, under
 //!   leases on a shared PostgreSQL journal, or worker processes): the per-session FIFO loop,
 //!   emitting through one delta coalescer, lease renewal and the expiry sweep, worker dispatch,
-//!   fair slots, cancel and shutdown.
+//!   fair slots, turns that wait for input and continue (and the expiry of requests), cancel and
+//!   shutdown.
 //! - [`agent`]: the `Agent` trait and the built-in agents (`demo`, `openai`). Agents know
 //!   nothing of storage.
-//! - [`journal`]: storage (history, event journal, turns projection, floors, leased turns) in
-//!   SQLite or PostgreSQL behind one seam: each query once against `journal::sql`, and what
-//!   differs per database (opening, transaction control, reads, delivering commits, exclusive
-//!   locks) behind the `journal::engine` traits, one implementation per engine; the writer thread with group commit,
+//! - [`journal`]: storage (history and its branches, event journal, turns projection, floors,
+//!   leased turns, requests for input and their answers) in SQLite or PostgreSQL behind one seam:
+//!   each query once against `journal::sql`, and what differs per database (opening,
+//!   transaction control, reads, delivering commits, exclusive locks) behind one
+//!   `journal::engine::Engine` each; the writer thread with group commit,
 //!   stream reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed
 //!   to a [`journal::FanOut`].
 //! - [`live`]: the fan-out the server uses: encodes each committed event once and hands it to
