@@ -111,6 +111,10 @@ pub(super) fn open_request(
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![turn_id, &request_id, session_id, &stored, expires_at, seq],
     )?;
+    ctx.conn.execute(
+        "UPDATE turns SET asked = asked + 1 WHERE turn_id = ?1",
+        params![turn_id],
+    )?;
     Ok(seq)
 }
 

@@ -70,24 +70,20 @@ pub(super) fn newest_leaf(conn: &dyn Sql, session: &str, from: &str) -> Result<S
 /// The session's active leaf: the one recorded, or (a session from before branches) the
 /// newest leaf below its last message; `None` for a session without messages.
 pub(super) fn active_leaf(conn: &dyn Sql, session: &str) -> Result<Option<String>> {
-    if let Some(leaf) = conn
-        .query_texts(
-            "SELECT leaf_id FROM leaves WHERE session_id = ?1",
-            params![session],
-        )?
-        .pop()
-    {
-        return Ok(Some(leaf));
-    }
-    match conn
-        .query_texts(
-            "SELECT message_id FROM messages WHERE session_id = ?1 ORDER BY position DESC LIMIT 1",
-            params![session],
-        )?
-        .pop()
-    {
-        Some(last) => Ok(Some(newest_leaf(conn, session, &last)?)),
-        None => Ok(None),
+    // One round trip either way: the recorded leaf, or the session's last message.
+    let Some(row) = conn.query_row(
+        "SELECT (SELECT leaf_id FROM leaves WHERE session_id = ?1),
+                (SELECT message_id FROM messages WHERE session_id = ?1
+                 ORDER BY position DESC LIMIT 1)",
+        params![session],
+    )?
+    else {
+        return Ok(None);
+    };
+    match (row.opt_text(0)?, row.opt_text(1)?) {
+        (Some(leaf), _) => Ok(Some(leaf)),
+        (None, Some(last)) => Ok(Some(newest_leaf(conn, session, &last)?)),
+        (None, None) => Ok(None),
     }
 }
 

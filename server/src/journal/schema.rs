@@ -124,6 +124,8 @@ CREATE INDEX input_requests_open ON input_requests(expires_at) WHERE answer IS N
 -- An assistant message's requests and their answers, as JSON (NULL for none).
 ALTER TABLE messages ADD COLUMN requests TEXT;
 ALTER TABLE turns ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0;
+-- How many requests the turn opened: a turn that asked nothing ends without looking.
+ALTER TABLE turns ADD COLUMN asked INTEGER NOT NULL DEFAULT 0;
 DROP INDEX turns_active;
 CREATE INDEX turns_active ON turns(session_id, queued_seq) WHERE state IN ('queued', 'running', 'waiting');
 "#,

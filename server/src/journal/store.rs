@@ -87,6 +87,8 @@ pub struct TurnRow {
     /// The id of the reply the turn writes when it ends, drawn when it was queued (v1.2; `None`
     /// only for a turn queued by a server before it).
     pub reply_id: Option<String>,
+    /// How many requests for input the turn opened (v1.2).
+    pub asked: i64,
 }
 
 impl TurnRow {
@@ -191,7 +193,7 @@ pub(super) fn message_by_id(
 }
 
 pub(super) const TURN_COLUMNS: &str =
-    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes, reply_id";
+    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes, reply_id, asked";
 
 pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
     Ok(TurnRow {
@@ -206,6 +208,7 @@ pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
         message_id: r.opt_text(8)?,
         resumes: r.int(9)?,
         reply_id: r.opt_text(10)?,
+        asked: r.int(11)?,
     })
 }
 
@@ -595,9 +598,14 @@ pub(super) fn end_turn_in(
     }
     // No lease holds an ended turn, whatever was found earlier in this batch.
     ctx.fences.retain(|(t, _)| t != turn_id);
-    super::requests::close_requests(ctx, turn_id)?;
     let message_id = turn.reply_id.clone().unwrap_or_else(|| new_id("msg"));
-    let requests = super::requests::requests_of(ctx.conn, turn_id)?;
+    // A turn that asked nothing (nearly all) costs its end no extra statement.
+    let requests = if turn.asked > 0 {
+        super::requests::close_requests(ctx, turn_id)?;
+        super::requests::requests_of(ctx.conn, turn_id)?
+    } else {
+        Vec::new()
+    };
     let stored_requests = if requests.is_empty() {
         None
     } else {
