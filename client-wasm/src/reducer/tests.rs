@@ -249,6 +249,7 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
         attachments: crate::reducer::sim::attachments_of(1),
         created_at: 1,
         on_busy: None,
+        edit: None,
     };
     assert!(!relay.apply(&mut c));
     assert_eq!(c.view(), before);
@@ -259,6 +260,7 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
         attachments: Vec::new(),
         created_at: 1,
         on_busy: None,
+        edit: None,
     };
     assert!(!other_session.apply(&mut c));
 }
@@ -307,6 +309,7 @@ fn attachments_show_from_every_source() {
         attachments: files.clone(),
         created_at: 5,
         on_busy: None,
+        edit: None,
     };
     assert!(relay.apply(&mut sibling));
     assert_eq!(sibling.view().messages[0].attachments, shown);
