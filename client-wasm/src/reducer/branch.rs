@@ -8,7 +8,9 @@
 use turnstream_protocol::{Attachment, HistoryResponse, Message, OnBusy, RegenerateResponse, Role};
 
 use super::entry::{AssistantEntry, Node, UserEntry, UserStatus};
-use super::keyed::{Keyed, Keys};
+use std::collections::BinaryHeap;
+
+use super::keyed::Keyed;
 use super::view::BranchView;
 use super::Conversation;
 
@@ -21,29 +23,91 @@ struct TreeNode<'a> {
     siblings: &'a [String],
 }
 
+/// The message ids the tree knows, indexed (a view of a long session stays O(n log n)).
+pub(crate) struct Tree<'a> {
+    nodes: Vec<TreeNode<'a>>,
+    /// `(id, node)`, by id.
+    by_id: Vec<(&'a str, usize)>,
+    /// `(parent id, node)`, by parent ("" for a first message).
+    kids: Vec<(&'a str, usize)>,
+}
+
+impl<'a> Tree<'a> {
+    fn new(nodes: Vec<TreeNode<'a>>) -> Self {
+        // (A heap sort: far less code in the package than `sort`.)
+        let sorted = |v: Vec<(&'a str, usize)>| BinaryHeap::from(v).into_sorted_vec();
+        let by_id = sorted(nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect());
+        let kids = sorted(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.parent.unwrap_or(""), i))
+                .collect(),
+        );
+        Tree { nodes, by_id, kids }
+    }
+
+    fn find(&self, id: &str) -> Option<&TreeNode<'a>> {
+        let i = self.by_id.partition_point(|(k, _)| *k < id);
+        let (k, n) = self.by_id.get(i)?;
+        (*k == id).then(|| &self.nodes[*n])
+    }
+
+    fn children<'t>(&'t self, parent: Option<&'t str>) -> impl Iterator<Item = &'t TreeNode<'a>> {
+        let p = parent.unwrap_or("");
+        let from = self.kids.partition_point(|(k, _)| *k < p);
+        self.kids[from..]
+            .iter()
+            .take_while(move |(k, _)| *k == p)
+            .map(|(_, n)| &self.nodes[*n])
+    }
+}
+
+/// A set of ids, sorted once built.
+struct Ids<'a>(Vec<&'a str>);
+
+impl<'a> Ids<'a> {
+    fn contains(&self, id: &str) -> bool {
+        self.0.binary_search(&id).is_ok()
+    }
+}
+
 /// The entries the view shows, when the session has branches.
-pub(crate) struct Shown {
-    path: Keys,
+pub(crate) struct Shown<'a> {
+    tree: Tree<'a>,
+    /// Replies named before they were written, with their user message.
+    unwritten: &'a Keyed<String>,
+    path: Ids<'a>,
     /// The messages of `path` whose next message on it is known.
-    continued: Keys,
-    /// Every message the tree knows, with its parent.
-    parents: Keyed<Option<String>>,
+    continued: Ids<'a>,
     /// `path` reaches the first message (else the tree does not know the branch's top).
     rooted: bool,
     /// This browser's edit being posted (a user entry's key), shown after `path`.
-    editing: Option<String>,
+    editing: Option<&'a str>,
 }
 
-impl Shown {
+impl Shown<'_> {
+    /// A known message's parent: `Some(None)` for a first message.
+    fn parent(&self, id: &str) -> Option<Option<&str>> {
+        match self.tree.find(id) {
+            Some(n) => Some(n.parent),
+            None => self.unwritten.get(id).map(|u| Some(u.as_str())),
+        }
+    }
+
+    fn knows(&self, id: &str) -> bool {
+        self.parent(id).is_some()
+    }
+
     /// Whether the tree knows `id` to be on another branch: it, or a message it follows, is
     /// another version of a message of the branch.
     fn elsewhere(&self, id: &str) -> bool {
         let mut at = id;
-        for _ in 0..=self.parents.len() {
+        for _ in 0..=self.tree.nodes.len() + self.unwritten.len() {
             if self.path.contains(at) {
                 return false;
             }
-            match self.parents.get(at) {
+            match self.parent(at) {
                 // Not known: shown.
                 None => return false,
                 Some(None) => return self.rooted,
@@ -57,7 +121,7 @@ impl Shown {
 
 impl Conversation {
     /// The message ids the tree knows, each with its parent.
-    fn tree(&self) -> Vec<TreeNode<'_>> {
+    pub(crate) fn tree(&self) -> Tree<'_> {
         let mut nodes = Vec::new();
         for u in self.users.values() {
             if let (Some(id), true) = (&u.message_id, u.node.placed) {
@@ -81,7 +145,7 @@ impl Conversation {
                 });
             }
         }
-        nodes
+        Tree::new(nodes)
     }
 
     /// A reply's id and its user message's, as far as known.
@@ -142,10 +206,7 @@ impl Conversation {
 
     /// A known message's parent (`Some(None)` for a first message); `None` when unknown.
     pub(super) fn node_parent(&self, id: &str) -> Option<Option<String>> {
-        self.tree()
-            .iter()
-            .find(|n| n.id == id)
-            .map(|n| n.parent.map(str::to_owned))
+        self.tree().find(id).map(|n| n.parent.map(str::to_owned))
     }
 
     /// Moves the active leaf, unless a later journal position already placed it.
@@ -196,6 +257,10 @@ impl Conversation {
     /// without holding them: the parent of a message that follows one, and the leaf after the
     /// last; each is a reply being written to the user message before it.
     pub(super) fn note_unwritten(&mut self, h: &HistoryResponse, newest: bool) {
+        if newest {
+            // The newest page names again those still being written.
+            self.unwritten.clear();
+        }
         // What follows the page: the leaf, or (an older page) the parent of the oldest message
         // read before it.
         let after = if newest {
@@ -327,7 +392,7 @@ impl Conversation {
             }
         };
         let tree = self.tree();
-        let node = tree.iter().find(|n| n.id == id)?;
+        let node = tree.find(&id)?;
         versions(&tree, node.parent)
             .get(index)
             .map(|s| (*s).to_owned())
@@ -345,10 +410,13 @@ impl Conversation {
     }
 
     /// Which entries the view shows: `None` shows every entry (a server without branches).
-    pub(crate) fn shown(&self) -> Option<Shown> {
+    pub(crate) fn shown(&self) -> Option<Shown<'_>> {
         let (leaf, _) = self.leaf.as_ref()?;
         let tree = self.tree();
-        let find = |id: &str| tree.iter().find(|n| n.id == id);
+        let parent = |id: &str| match tree.find(id) {
+            Some(n) => Some(n.parent),
+            None => self.unwritten.get(id).map(|u| Some(u.as_str())),
+        };
         // This browser's edit not yet on the server's branch: its branch, up to its parent.
         let editing = self
             .editing
@@ -359,68 +427,59 @@ impl Conversation {
                     && !u
                         .message_id
                         .as_deref()
-                        .is_some_and(|id| on_path(&tree, leaf, id))
+                        .is_some_and(|id| on_path(&parent, leaf, id))
             });
         let (start, down) = match editing {
             Some(u) => (u.node.parent_id.as_deref(), false),
             None => (Some(leaf.as_str()), true),
         };
-        let mut path = Keys::new();
-        let mut continued = Keys::new();
+        let mut path: Vec<&str> = Vec::new();
+        let mut continued: Vec<&str> = Vec::new();
         let mut at = start;
         let mut rooted = start.is_none();
-        while let Some(id) = at {
-            if path.contains(id) {
-                break;
-            }
-            path.add(id.to_owned());
-            at = match find(id) {
-                Some(n) => {
-                    rooted = n.parent.is_none();
-                    n.parent
+        // (Bounded: a cycle in what sources said cannot loop.)
+        let bound = tree.nodes.len() + self.unwritten.len() + 1;
+        while let (Some(id), true) = (at, path.len() < bound) {
+            path.push(id);
+            at = match parent(id) {
+                Some(p) => {
+                    rooted = p.is_none();
+                    p
                 }
-                None => self.unwritten.get(id).map(String::as_str),
+                None => None,
             };
-            if let Some(p) = at {
-                continued.add(p.to_owned());
-            }
+            continued.extend(at);
         }
         // Messages that followed the leaf (a send before its turn was queued): the newest
         // child at each step, as the server follows a branch down.
-        let mut at = start.map(str::to_owned);
-        while let (true, Some(id)) = (down, at.take()) {
+        let mut at = start.filter(|_| down);
+        while let (Some(id), true) = (at, path.len() < bound) {
             at = tree
-                .iter()
-                .filter(|n| n.parent == Some(id.as_str()) && !path.contains(n.id))
+                .children(Some(id))
                 .max_by_key(|n| n.order)
-                .map(|n| n.id.to_owned());
-            if let Some(child) = &at {
-                continued.add(id);
-                path.add(child.clone());
+                .map(|n| n.id);
+            if let Some(child) = at {
+                continued.push(id);
+                path.push(child);
             }
         }
-        let mut parents = Keyed::new();
-        for (reply, user) in self.unwritten.iter() {
-            parents.insert(reply.clone(), Some(user.clone()));
-        }
-        for n in &tree {
-            parents.insert(n.id.to_owned(), n.parent.map(str::to_owned));
-        }
+        let (path, continued) = (Ids(sorted_ids(path)), Ids(sorted_ids(continued)));
         Some(Shown {
+            tree,
+            unwritten: &self.unwritten,
             path,
             continued,
-            parents,
             rooted,
-            editing: editing.map(|u| u.key.clone()),
+            editing: editing.map(|u| u.key.as_str()),
         })
     }
 
     /// Whether the view shows a user entry (with `shown` from [`Conversation::shown`]).
     /// An entry is hidden when the tree knows it is on another branch; one it cannot place
     /// (unsent, or known by a POST answer only) is shown, after the branch as any send.
-    pub(crate) fn shows_user(shown: &Option<Shown>, u: &UserEntry) -> bool {
+    pub(crate) fn shows_user(shown: &Option<Shown<'_>>, u: &UserEntry) -> bool {
         let Some(s) = shown else { return true };
-        if s.editing.as_deref() == Some(u.key.as_str()) {
+        if s.editing == Some(u.key.as_str()) {
             return true;
         }
         !u.node.elsewhere && u.message_id.as_deref().is_none_or(|id| !s.elsewhere(id))
@@ -429,13 +488,13 @@ impl Conversation {
     /// Whether the view shows a reply, whose message id (or, before it is known, whose user
     /// message's) is `id`.
     pub(crate) fn shows_turn(
-        shown: &Option<Shown>,
+        shown: &Option<Shown<'_>>,
         id: Option<&str>,
         parent: Option<&str>,
     ) -> bool {
         let Some(s) = shown else { return true };
         match (id, parent) {
-            (Some(id), _) if s.parents.contains_key(id) => !s.elsewhere(id),
+            (Some(id), _) if s.knows(id) => !s.elsewhere(id),
             // A reply not named yet: the next message after its user message on the branch,
             // unless that is known.
             (_, Some(p)) if s.path.contains(p) => !s.continued.contains(p),
@@ -447,16 +506,19 @@ impl Conversation {
     }
 
     /// Entry `id`'s place among its versions.
-    pub(crate) fn branch_of(&self, id: Option<&str>) -> BranchView {
+    pub(crate) fn branch_of(shown: &Option<Shown<'_>>, id: Option<&str>) -> BranchView {
         let one = BranchView { index: 0, count: 1 };
-        let Some(id) = id.filter(|_| self.leaf.is_some()) else {
+        let (Some(s), Some(id)) = (shown, id) else {
             return one;
         };
-        let tree = self.tree();
-        let Some(node) = tree.iter().find(|n| n.id == id) else {
+        let Some(node) = s.tree.find(id) else {
             return one;
         };
-        let all = versions(&tree, node.parent);
+        // The only version (most messages): nothing to order.
+        if node.siblings.len() <= 1 && s.tree.children(node.parent).nth(1).is_none() {
+            return one;
+        }
+        let all = versions(&s.tree, node.parent);
         match all.iter().position(|s| *s == id) {
             Some(index) => BranchView {
                 index: index as u32,
@@ -469,8 +531,8 @@ impl Conversation {
 
 /// The versions of a message under `parent`, oldest first: the list history gave, then those
 /// learned since (the stream's regenerations and edits) in journal order.
-fn versions<'a>(tree: &[TreeNode<'a>], parent: Option<&str>) -> Vec<&'a str> {
-    let children: Vec<&TreeNode<'a>> = tree.iter().filter(|n| n.parent == parent).collect();
+fn versions<'a>(tree: &Tree<'a>, parent: Option<&str>) -> Vec<&'a str> {
+    let children: Vec<&TreeNode<'a>> = tree.children(parent).collect();
     let mut out: Vec<&'a str> = children
         .iter()
         .map(|n| n.siblings)
@@ -491,16 +553,23 @@ fn versions<'a>(tree: &[TreeNode<'a>], parent: Option<&str>) -> Vec<&'a str> {
     out
 }
 
-/// Whether `id` is on the path from the root to `leaf`.
-fn on_path(tree: &[TreeNode<'_>], leaf: &str, id: &str) -> bool {
+/// Ids sorted (a heap sort: far less code in the package than `sort`), once each.
+fn sorted_ids(v: Vec<&str>) -> Vec<&str> {
+    let mut v = BinaryHeap::from(v).into_sorted_vec();
+    v.dedup();
+    v
+}
+
+/// Whether `id` is on the path from the root to `leaf` (`parent`: a message's known parent).
+fn on_path<'a>(parent: &impl Fn(&str) -> Option<Option<&'a str>>, leaf: &str, id: &str) -> bool {
     let mut at = Some(leaf);
-    let mut steps = tree.len() + 1;
-    while let (Some(x), true) = (at, steps > 0) {
-        if x == id {
-            return true;
+    // (Bounded, as a branch is: a cycle in what sources said cannot loop.)
+    for _ in 0..100_000 {
+        match at {
+            Some(x) if x == id => return true,
+            Some(x) => at = parent(x).flatten(),
+            None => return false,
         }
-        steps -= 1;
-        at = tree.iter().find(|n| n.id == x).and_then(|n| n.parent);
     }
     false
 }

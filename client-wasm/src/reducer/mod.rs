@@ -908,6 +908,14 @@ impl Conversation {
             });
         }
         let claims = self.claims();
+        // Each user message's journal position, by message id.
+        let seqs = BinaryHeap::from(
+            self.users
+                .values()
+                .filter_map(|u| Some((u.message_id.as_deref()?, u.seq)))
+                .collect::<Vec<_>>(),
+        )
+        .into_sorted_vec();
         for a in self.turns.values() {
             let (id, parent) = self.turn_place(a, &claims);
             if !Self::shows_turn(&shown, id, parent) {
@@ -915,12 +923,8 @@ impl Conversation {
             }
             // A reply right after its user message (a regeneration's too).
             let answered = parent
-                .and_then(|p| {
-                    self.users
-                        .values()
-                        .find(|u| u.message_id.as_deref() == Some(p))
-                })
-                .and_then(|u| u.seq);
+                .and_then(|p| seqs.binary_search_by(|(id, _)| (*id).cmp(p)).ok())
+                .and_then(|i| seqs[i].1);
             let place = match answered.or(self.introduced_at(a)) {
                 Some(seq) => Place::Journal { seq, rank: 1 },
                 None => Place::Unknown,
@@ -945,11 +949,11 @@ impl Conversation {
                 .iter()
                 .map(|p| match p.entry {
                     Either::User(u) => EntryView {
-                        branch: self.branch_of(u.message_id.as_deref()),
+                        branch: Self::branch_of(&shown, u.message_id.as_deref()),
                         ..user_view(u)
                     },
                     Either::Turn(a) => EntryView {
-                        branch: self.branch_of(self.turn_place(a, &claims).0),
+                        branch: Self::branch_of(&shown, self.turn_place(a, &claims).0),
                         ..assistant_view(a)
                     },
                 })

@@ -1031,3 +1031,90 @@ fn requests_come_from_snapshots_turn_statuses_and_the_cache() {
         "an ended turn takes no answer"
     );
 }
+
+/// How long a view of a long session takes (not a gate: prints the figure).
+#[test]
+#[ignore]
+fn view_cost_of_a_long_session() {
+    use turnstream_protocol::{Event, EventBody, Message, MessageStatus, Role as R, TurnState};
+    let mut c = Conversation::new("s1");
+    let ev = |seq: i64, turn: Option<String>, body| Event {
+        id: format!("ep-{seq}"),
+        session_id: "s1".into(),
+        ts: seq,
+        turn_id: turn,
+        body,
+        truncated: vec![],
+    };
+    let mut seq = 0;
+    let mut leaf: Option<String> = None;
+    for k in 0..1000 {
+        seq += 1;
+        let t = format!("t{k}");
+        c.apply_event(&ev(
+            seq,
+            Some(t.clone()),
+            EventBody::MessageReceived {
+                message: Message {
+                    message_id: format!("m{k}"),
+                    client_message_id: None,
+                    role: R::User,
+                    content: "hi".into(),
+                    status: MessageStatus::Complete,
+                    turn_id: Some(t.clone()),
+                    created_at: seq,
+                    event_id: format!("ep-{seq}"),
+                    author: None,
+                    attachments: vec![],
+                    parent_id: leaf.clone(),
+                    siblings: None,
+                    requests: vec![],
+                },
+            },
+        ));
+        seq += 1;
+        c.apply_event(&ev(
+            seq,
+            Some(t.clone()),
+            EventBody::TurnQueued {
+                reply_id: Some(format!("a{k}")),
+                parent_id: Some(format!("m{k}")),
+            },
+        ));
+        seq += 1;
+        c.apply_event(&ev(
+            seq,
+            Some(t.clone()),
+            EventBody::TurnEnded {
+                state: TurnState::Completed,
+                message: Some(Message {
+                    message_id: format!("a{k}"),
+                    client_message_id: None,
+                    role: R::Assistant,
+                    content: "reply".into(),
+                    status: MessageStatus::Complete,
+                    turn_id: Some(t.clone()),
+                    created_at: seq,
+                    event_id: format!("ep-{seq}"),
+                    author: None,
+                    attachments: vec![],
+                    parent_id: Some(format!("m{k}")),
+                    siblings: None,
+                    requests: vec![],
+                }),
+                error: None,
+            },
+        ));
+        leaf = Some(format!("a{k}"));
+    }
+    let t0 = std::time::Instant::now();
+    let mut n = 0;
+    for _ in 0..50 {
+        n += c.view().messages.len();
+    }
+    eprintln!(
+        "VIEW_COST: {} entries, {:.2} ms per view",
+        n / 50,
+        t0.elapsed().as_secs_f64() * 1000.0 / 50.0
+    );
+}
