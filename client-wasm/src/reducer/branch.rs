@@ -541,13 +541,15 @@ fn versions<'a>(tree: &Tree<'a>, parent: Option<&str>) -> Vec<&'a str> {
         .iter()
         .map(String::as_str)
         .collect();
-    // (A heap sort: far less code in the package than `sort`.)
-    let by_order = std::collections::BinaryHeap::from(
-        children.iter().map(|n| (n.order, n.id)).collect::<Vec<_>>(),
-    );
-    for (_, id) in by_order.into_sorted_vec() {
-        if !out.contains(&id) {
-            out.push(id);
+    // A message has few versions: an insertion sort is the least code.
+    let mut by_order: Vec<&TreeNode<'a>> = Vec::with_capacity(children.len());
+    for n in children {
+        let at = by_order.partition_point(|o| o.order <= n.order);
+        by_order.insert(at, n);
+    }
+    for n in by_order {
+        if !out.contains(&n.id) {
+            out.push(n.id);
         }
     }
     out
@@ -555,7 +557,12 @@ fn versions<'a>(tree: &Tree<'a>, parent: Option<&str>) -> Vec<&'a str> {
 
 /// Ids sorted (a heap sort: far less code in the package than `sort`), once each.
 fn sorted_ids(v: Vec<&str>) -> Vec<&str> {
-    let mut v = BinaryHeap::from(v).into_sorted_vec();
+    // (The tree's index's heap, to share its code.)
+    let mut v: Vec<&str> = BinaryHeap::from(v.into_iter().map(|id| (id, 0)).collect::<Vec<_>>())
+        .into_sorted_vec()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     v.dedup();
     v
 }

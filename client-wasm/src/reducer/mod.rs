@@ -908,11 +908,13 @@ impl Conversation {
             });
         }
         let claims = self.claims();
-        // Each user message's journal position, by message id.
+        // Each user message's journal position, by message id (the branch index's heap).
+        let users: Vec<&UserEntry> = self.users.values().collect();
         let seqs = BinaryHeap::from(
-            self.users
-                .values()
-                .filter_map(|u| Some((u.message_id.as_deref()?, u.seq)))
+            users
+                .iter()
+                .enumerate()
+                .filter_map(|(i, u)| Some((u.message_id.as_deref()?, i)))
                 .collect::<Vec<_>>(),
         )
         .into_sorted_vec();
@@ -924,7 +926,7 @@ impl Conversation {
             // A reply right after its user message (a regeneration's too).
             let answered = parent
                 .and_then(|p| seqs.binary_search_by(|(id, _)| (*id).cmp(p)).ok())
-                .and_then(|i| seqs[i].1);
+                .and_then(|i| users[seqs[i].1].seq);
             let place = match answered.or(self.introduced_at(a)) {
                 Some(seq) => Place::Journal { seq, rank: 1 },
                 None => Place::Unknown,

@@ -30,10 +30,7 @@ impl Client {
         let mut parent = None;
         let shown = self.update(|c| {
             let r = c.edit_local(key, &client_message_id, &content, created_at);
-            parent = c
-                .outbox()
-                .into_iter()
-                .find(|o| o.client_message_id == client_message_id);
+            parent = c.next_to_post(|id| id == client_message_id);
             r.unwrap_or(false)
         });
         let edit = parent?.parent_id;
