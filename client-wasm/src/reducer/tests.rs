@@ -1118,3 +1118,106 @@ fn view_cost_of_a_long_session() {
         t0.elapsed().as_secs_f64() * 1000.0 / 50.0
     );
 }
+
+/// A message of the tree with its parent (v1.2).
+fn placed(mut m: Message, parent: &str) -> Message {
+    m.parent_id = Some(parent.into());
+    m
+}
+
+fn queued(seq: i64, n: u32, parent: &str) -> Event {
+    ev(
+        seq,
+        &format!("t{n}"),
+        EventBody::TurnQueued {
+            reply_id: Some(format!("a{n}")),
+            parent_id: Some(parent.into()),
+        },
+    )
+}
+
+fn keys(c: &Conversation) -> Vec<String> {
+    c.view().messages.into_iter().map(|e| e.key).collect()
+}
+
+#[test]
+fn an_edit_shows_its_branch_at_once_then_the_journal_moves_the_branch() {
+    let mut c = Conversation::new(S);
+    let done = |seq, n, parent: &str| {
+        let mut r = reply(seq, n, MessageStatus::Complete, "ok");
+        r.message_id = format!("a{n}");
+        ev(
+            seq,
+            &format!("t{n}"),
+            EventBody::TurnEnded {
+                state: TurnState::Completed,
+                message: Some(placed(r, parent)),
+                error: None,
+            },
+        )
+    };
+    c.apply_event(&ev(
+        1,
+        "t1",
+        EventBody::MessageReceived {
+            message: user_msg(1, 1, Some("c1"), "one"),
+        },
+    ));
+    c.apply_event(&queued(2, 1, "m1"));
+    c.apply_event(&done(3, 1, "m1"));
+    let two = placed(user_msg(4, 2, Some("c2"), "two"), "a1");
+    c.apply_event(&ev(4, "t2", EventBody::MessageReceived { message: two }));
+    c.apply_event(&queued(5, 2, "m2"));
+    c.apply_event(&done(6, 2, "m2"));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "c2", "turn:t2"]);
+
+    // Edited (offline, say): the branch up to the message it replaces, then the edit.
+    assert_eq!(c.edit_local("c2", "e1", "two bis", 10), Some(true));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "e1"]);
+    assert_eq!(
+        c.outbox()[0].parent_id,
+        Some(Some("a1".to_owned())),
+        "posted as a sibling of c2"
+    );
+    assert_eq!(
+        c.edit_local("turn:t1", "e2", "x", 11),
+        None,
+        "only a user message is edited"
+    );
+
+    // The server took it: its turn moves the leaf; the edit is version 2 of 2.
+    let bis = placed(user_msg(7, 3, Some("e1"), "two bis"), "a1");
+    c.apply_event(&ev(7, "t3", EventBody::MessageReceived { message: bis }));
+    c.apply_event(&queued(8, 3, "m3"));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "e1", "turn:t3"]);
+    let e1 = c
+        .view()
+        .messages
+        .into_iter()
+        .find(|e| e.key == "e1")
+        .map(|e| e.branch);
+    assert_eq!(e1, Some(super::BranchView { index: 1, count: 2 }));
+    assert_eq!(c.sibling_id("e1", 0).as_deref(), Some("m2"));
+    assert_eq!(c.regenerate_target("turn:t3").as_deref(), Some("m3"));
+
+    // Another tab switched back: this one follows; a leaf it never read asks for history.
+    let switch = |seq: i64, leaf: &str| Event {
+        turn_id: None,
+        ..ev(
+            seq,
+            "",
+            EventBody::BranchChanged {
+                leaf_id: leaf.into(),
+            },
+        )
+    };
+    c.apply_event(&switch(9, "a2"));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "c2", "turn:t2"]);
+    assert!(!c.take_branch_unread());
+    c.apply_event(&switch(10, "a-unknown"));
+    assert!(
+        c.take_branch_unread(),
+        "a branch not read: read the history"
+    );
+    assert!(!c.take_branch_unread(), "asked once");
+}
