@@ -39,6 +39,12 @@ export type SetMessages<UI_MESSAGE extends UIMessage = UIMessage> = (update: (me
  * `lastAssistantMessageIsCompleteWithApprovalResponses` / `...WithToolCalls`), the answers go
  * to the turn (`ChatClient.respond`) and the same turn streams on into the same reply. A
  * question (`kind: "question"`) has no AI SDK part: answer it with `ChatClient.respond`.
+ *
+ * Branches (contract v1.2): `regenerate()` asks for another reply to the last user message and
+ * streams it; `sendMessage({ text, messageId })` edits that message (a new version, whose reply
+ * starts a new branch). The messages are the session's active branch, each with
+ * `metadata.branch` (`{ index, count }`: its place among its versions); switch with
+ * `ChatClient.switchBranch` (`transport.client(chatId)`), which every tab and device follows.
  */
 export declare class TurnstreamChatTransport<UI_MESSAGE extends UIMessage = UIMessage> implements ChatTransport<UI_MESSAGE> {
   constructor(options?: TurnstreamChatTransportOptions);

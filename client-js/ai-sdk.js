@@ -113,13 +113,13 @@ export class TurnstreamChatTransport {
    * Posts the last user message (its text, and its files as attachments) and streams its turn's
    * reply as UI message chunks.
    */
-  async sendMessages({ chatId, messages, abortSignal, trigger }) {
-    if (trigger === "regenerate-message") {
-      throw new Error("turnstream: regenerating a reply is not supported (send the message again)");
-    }
+  async sendMessages({ chatId, messages, abortSignal, trigger, messageId }) {
     const last = messages?.[messages.length - 1];
+    if (trigger === "regenerate-message") return this.#regenerate(chatId, last, abortSignal);
     if (last?.role === "assistant") return this.#answer(chatId, last, abortSignal);
     if (!last || last.role !== "user") throw new Error("turnstream: the last message must be the user's");
+    // `sendMessage({ text, messageId })`: an edit of that message, a new branch (v1.2).
+    if (messageId != null && messageId === last.id) return this.#edit(chatId, last, abortSignal);
     const parts = last.parts ?? [];
     const text = parts.filter((p) => p.type === "text").map((p) => p.text).join("");
     const attachments = parts.filter((p) => p.type === "file").map((p) =>
@@ -179,6 +179,41 @@ export class TurnstreamChatTransport {
     this.#clients.clear();
     this.#chats.clear();
     await Promise.all(clients.map((p) => p.then((c) => c.close(), () => {})));
+  }
+
+  /**
+   * `regenerate()`: another reply to the last user message (a new version, v1.2), streamed as
+   * it comes; the earlier replies stay on the server, one `switchBranch` away.
+   */
+  async #regenerate(chatId, last, abortSignal) {
+    if (!last || last.role !== "user") throw new Error("turnstream: regenerate answers the last user message again");
+    const client = await this.client(chatId);
+    const chat = this.#chat(chatId);
+    const state = client.state();
+    const key = chat.keyOf(last.id);
+    const user = state.messages.find((m) => m.role === "user" && m.key === key);
+    if (!user) throw new Error("turnstream: the message to answer again is not this chat's");
+    const i = state.messages.indexOf(user);
+    const before = state.messages[i + 1]?.role === "assistant" ? state.messages[i + 1].turnId : null;
+    client.regenerate(user.key);
+    return followTurn(client, { afterKey: user.key, notTurn: before }, abortSignal, chat);
+  }
+
+  /** `sendMessage({ text, messageId })`: a new version of that user message and its reply. */
+  async #edit(chatId, last, abortSignal) {
+    const text = (last.parts ?? []).filter((p) => p.type === "text").map((p) => p.text).join("");
+    const chat = this.#chat(chatId);
+    chat.sending++;
+    let client, clientMessageId;
+    try {
+      client = await this.client(chatId);
+      ({ clientMessageId } = await client.edit(chat.keyOf(last.id), text));
+      chat.name(clientMessageId, last.id);
+    } finally {
+      chat.sending--;
+      chat.resync();
+    }
+    return followTurn(client, { clientMessageId }, abortSignal, chat);
   }
 
   /**
@@ -245,7 +280,7 @@ function uiMessage(m, id) {
       ? { type: "file", mediaType: a.mediaType, url: a.url }
       : { type: "file", mediaType: a.mediaType, filename: a.name, url: a.url }));
     if (m.content || !parts.length) parts.push({ type: "text", text: m.content });
-    return { id, role: "user", parts };
+    return { id, role: "user", parts, metadata: { branch: m.branch } };
   }
   const done = ENDED.has(m.status);
   const parts = [];
@@ -261,7 +296,7 @@ function uiMessage(m, id) {
     if (part) parts.push(part);
   }
   if (m.content) parts.push({ type: "text", text: m.content, state: done ? "done" : "streaming" });
-  return parts.length ? { id, role: "assistant", parts } : null;
+  return parts.length ? { id, role: "assistant", parts, metadata: { branch: m.branch } } : null;
 }
 
 /**
@@ -305,6 +340,12 @@ class ChatLink {
     if (typeof id !== "string" || !id || id === key) return;
     for (const [k, v] of this.#ids) if (v === id) this.#ids.delete(k);
     this.#ids.set(key, id);
+  }
+
+  /** The key of the entry useChat knows as `id`. */
+  keyOf(id) {
+    for (const [k, v] of this.#ids) if (v === id) return k;
+    return id;
   }
 
   /** These messages were given to useChat from the client's view. */
@@ -354,7 +395,10 @@ class ChatLink {
       const mine = byId.get(m.id);
       // useChat's own copy of a message it sent (with its metadata) and of a reply it streams.
       if (own.has(m.id) || (mine && sent.has(m.id))) {
-        if (mine) out.push(mine);
+        // Its place among its versions is the client's (v1.2): a regeneration moves it.
+        const b = m.metadata?.branch;
+        const same = !b || (mine?.metadata?.branch?.index === b.index && mine.metadata.branch.count === b.count);
+        if (mine) out.push(same ? mine : { ...mine, metadata: { ...mine.metadata, branch: b } });
         continue;
       }
       out.push(m);
@@ -424,6 +468,9 @@ function settled(client, signal) {
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }
+
+/** A chunk with the reply's place among its versions, when it has others (v1.2). */
+const withBranch = (chunk, entry) => (entry.branch?.count > 1 ? { ...chunk, messageMetadata: { branch: entry.branch } } : chunk);
 
 const parsePreview = (s) => {
   if (s == null) return undefined;
@@ -500,6 +547,14 @@ function followTurn(client, target, signal, chat) {
 
   const onState = (state) => {
     if (!reading && !cancelWanted) return;
+    if (!turnId && target.afterKey) {
+      // A regeneration: the reply the branch shows after the message once it is a new one.
+      const i = state.messages.findIndex((m) => m.key === target.afterKey);
+      const next = i >= 0 ? state.messages[i + 1] : null;
+      if (next?.role !== "assistant" || next.turnId === target.notTurn) return;
+      turnId = follow.turnId = next.turnId;
+      sendCancel();
+    }
     if (!turnId) {
       const user = state.messages.find((m) => m.role === "user" && m.clientMessageId === target.clientMessageId);
       if (!user) return;
@@ -517,7 +572,7 @@ function followTurn(client, target, signal, chat) {
     if (!entry) return;
     if (!started) {
       started = true;
-      emit({ type: "start", messageId: entry.key });
+      emit(withBranch({ type: "start", messageId: entry.key }, entry));
       // A new step of the same reply: what useChat answered is the step before it.
       if (from) emit({ type: "start-step" });
     }
@@ -561,7 +616,7 @@ function followTurn(client, target, signal, chat) {
     }
     if (ENDED.has(entry.status)) {
       closePart();
-      if (entry.status === "complete") emit({ type: "finish" });
+      if (entry.status === "complete") emit(withBranch({ type: "finish" }, entry));
       else if (entry.status === "cancelled") emit({ type: "abort" });
       else emit({ type: "error", errorText: entry.error?.message || `the turn ${entry.status === "failed" ? "failed" : "was interrupted"}` });
       end();

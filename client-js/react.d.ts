@@ -18,6 +18,12 @@ export interface UseTurnstreamResult {
   cancel(turnId?: string): Promise<CancelResult | null>;
   /** `ChatClient.loadOlder`. */
   loadOlder(): Promise<LoadOlderResult>;
+  /** `ChatClient.edit`: a new version of a user message (contract v1.2). */
+  edit(key: string, content: string): Promise<SendResult>;
+  /** `ChatClient.regenerate`: another reply to a user message, or to a reply's message. */
+  regenerate(key: string): Promise<void>;
+  /** `ChatClient.switchBranch`: shows version `index` of an entry, in every tab. */
+  switchBranch(key: string, index: number): Promise<void>;
   /** The connected client, or null while connecting. */
   readonly client: ChatClient | null;
 }
@@ -25,7 +31,8 @@ export interface UseTurnstreamResult {
 /**
  * A ChatClient for the life of the component: connects on mount, closes on unmount, connects
  * again when `sessionId`, `baseUrl`, `storage` or `historyLimit` change (a new `getToken`
- * function does not reconnect; the latest is always called). `send`, `respond`, `cancel` and `loadOlder`
+ * function does not reconnect; the latest is always called). `send`, `respond`, `cancel`, `loadOlder`,
+ * `edit`, `regenerate` and `switchBranch`
  * keep their identity across renders.
  */
 export declare function useTurnstream(options: UseTurnstreamOptions): UseTurnstreamResult;

@@ -87,6 +87,9 @@ export function useTurnstream(options) {
   /** Answers a request of the agent (`state.messages[].requests[]`). */
   const respond = useCallback(async (requestId, answer) => (await current()).respond(requestId, answer), [current]);
   const loadOlder = useCallback(async () => (await current()).loadOlder(), [current]);
+  const edit = useCallback(async (key, content) => (await current()).edit(key, content), [current]);
+  const regenerate = useCallback(async (key) => (await current()).regenerate(key), [current]);
+  const switchBranch = useCallback(async (key, index) => (await current()).switchBranch(key, index), [current]);
   /** Cancels `turnId`, or without one the session's oldest queued or running turn. */
   const cancel = useCallback(async (turnId) => {
     const c = await current();
@@ -98,5 +101,5 @@ export function useTurnstream(options) {
     return c.cancel(turnId);
   }, [current]);
 
-  return { state, send, respond, cancel, loadOlder, client };
+  return { state, send, respond, cancel, loadOlder, edit, regenerate, switchBranch, client };
 }

@@ -14,12 +14,13 @@
 use turnstream_protocol::{
     ActiveTurn, Attachment, CancelResponse, ErrorDetail, Event, EventBody, HistoryResponse,
     InputGiven, InputRequest, Message, MessageStatus, OnBusy, PostMessageResponse, RawJson,
-    RequestKind, ResyncReason, ResyncRequired, Role as WireRole, Snapshot, ToolCall, ToolRequest,
-    ToolStatus, Truncation, TurnInfo, TurnRequest, TurnState,
+    RegenerateResponse, RequestKind, ResyncReason, ResyncRequired, Role as WireRole, Siblings,
+    Snapshot, ToolCall, ToolRequest, ToolStatus, Truncation, TurnInfo, TurnRequest, TurnState,
 };
 
 use crate::reducer::entry::{
-    AssistantEntry, EntryError, Final, FinalSource, LocalAnswer, Progress, UserEntry, UserStatus,
+    AssistantEntry, EntryError, Final, FinalSource, LocalAnswer, Node, Progress, UserEntry,
+    UserStatus,
 };
 use crate::reducer::CacheRecord;
 use crate::relay::{Relay, StreamState, Want};
@@ -175,8 +176,17 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
         author: opt_string(v, "author")?,
         attachments: list(v, "attachments", attachment)?,
         parent_id: opt_string(v, "parent_id")?,
-        siblings: None,
+        siblings: opt(v, "siblings", siblings)?,
         requests: list(v, "requests", turn_request)?,
+    })
+}
+
+/// A message's versions (v1.2).
+fn siblings<V: Value>(v: &V) -> Option<Siblings> {
+    Some(Siblings {
+        index: u32::try_from(int(v, "index")?).ok()?,
+        count: u32::try_from(int(v, "count")?).ok()?,
+        ids: strings(v, "ids")?,
     })
 }
 
@@ -402,6 +412,18 @@ fn user_entry<V: Value>(v: &V) -> Option<UserEntry> {
         author: opt_string(v, "author")?,
         attachments: list(v, "attachments", attachment)?,
         on_busy: opt(v, "on_busy", |b| OnBusy::parse(&b.string()?))?,
+        node: opt(v, "node", node)?.unwrap_or_default(),
+        edit: opt(v, "edit", |b| b.boolean())?.unwrap_or_default(),
+    })
+}
+
+fn node<V: Value>(v: &V) -> Option<Node> {
+    Some(Node {
+        id: opt_string(v, "id")?,
+        parent_id: opt_string(v, "parent_id")?,
+        placed: boolean(v, "placed")?,
+        siblings: strings(v, "siblings")?,
+        elsewhere: opt(v, "elsewhere", |b| b.boolean())?.unwrap_or_default(),
     })
 }
 
@@ -435,6 +457,7 @@ fn assistant_entry<V: Value>(v: &V) -> Option<AssistantEntry> {
         fin: opt(v, "final", final_of)?,
         recovered: boolean(v, "recovered")?,
         answers: list(v, "answers", local_answer)?,
+        node: opt(v, "node", node)?.unwrap_or_default(),
     })
 }
 
@@ -466,6 +489,10 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
             attachments: list(v, "attachments", attachment)?,
             created_at: int(v, "created_at")?,
             on_busy: opt(v, "on_busy", |b| OnBusy::parse(&b.string()?))?,
+            edit: match opt(v, "edit", |b| b.boolean())? {
+                Some(true) => Some(opt_string(v, "parent_id")?),
+                _ => None,
+            },
         },
         "posted" => TabMessage::Posted {
             session_id,
@@ -826,7 +853,18 @@ fn write_user(out: &mut String, u: &UserEntry) {
         .opt_str("author", u.author.as_deref());
     write_attachments(&mut o, &u.attachments);
     write_on_busy(&mut o, u.on_busy);
-    o.end();
+    write_node(o.key("node"), &u.node);
+    o.bool("edit", u.edit).end();
+}
+
+fn write_node(out: &mut String, n: &Node) {
+    Obj::new(out)
+        .opt_str("id", n.id.as_deref())
+        .opt_str("parent_id", n.parent_id.as_deref())
+        .bool("placed", n.placed)
+        .list("siblings", &n.siblings, write_strings)
+        .bool("elsewhere", n.elsewhere)
+        .end();
 }
 
 fn write_progress(out: &mut String, p: &Progress) {
@@ -870,6 +908,7 @@ fn write_turn(out: &mut String, a: &AssistantEntry) {
     if !a.answers.is_empty() {
         o.list("answers", &a.answers, write_local_answer);
     }
+    write_node(o.key("node"), &a.node);
     o.end();
 }
 
@@ -896,6 +935,7 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
             attachments,
             created_at,
             on_busy,
+            edit,
         } => {
             o.str("type", "optimistic")
                 .str("session_id", session_id)
@@ -904,6 +944,9 @@ pub fn tab_message_json(msg: &TabMessage) -> String {
             write_attachments(&mut o, attachments);
             o.int("created_at", *created_at);
             write_on_busy(&mut o, *on_busy);
+            if let Some(parent) = edit {
+                o.bool("edit", true).opt_str("parent_id", parent.as_deref());
+            }
         }
         TabMessage::Posted {
             session_id,
@@ -1029,6 +1072,7 @@ pub fn post_request_json(
     client_message_id: &str,
     attachments: &[Attachment],
     on_busy: Option<OnBusy>,
+    parent_id: Option<Option<&str>>,
 ) -> String {
     let mut out = String::new();
     let mut o = Obj::new(&mut out);
@@ -1036,7 +1080,27 @@ pub fn post_request_json(
         .str("client_message_id", client_message_id);
     write_attachments(&mut o, attachments);
     write_on_busy(&mut o, on_busy);
+    if let Some(parent) = parent_id {
+        o.opt_str("parent_id", parent);
+    }
     o.end();
+    out
+}
+
+/// The answer of `POST /api/messages/{message}/regenerate` (v1.2).
+pub fn regenerate_response<V: Value>(v: &V) -> Option<RegenerateResponse> {
+    Some(RegenerateResponse {
+        message_id: string(v, "message_id")?,
+        turn_id: string(v, "turn_id")?,
+        event_id: string(v, "event_id")?,
+        cursor: string(v, "cursor")?,
+    })
+}
+
+/// The body of `POST /api/sessions/{session}/active` (v1.2).
+pub fn switch_request_json(leaf_id: &str) -> String {
+    let mut out = String::new();
+    Obj::new(&mut out).str("leaf_id", leaf_id).end();
     out
 }
 

@@ -25,6 +25,10 @@ pub enum TabMessage {
         /// Its `on_busy` (contract v1.2); absent for the default.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         on_busy: Option<OnBusy>,
+        /// An edit's `parent_id` (contract v1.2; `Some(None)`: a new first message); absent
+        /// for a message that follows the active leaf.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        edit: Option<Option<String>>,
     },
     /// The server accepted a message.
     Posted {
@@ -79,14 +83,25 @@ impl TabMessage {
                 attachments,
                 created_at,
                 on_busy,
+                edit,
                 ..
-            } => conv.apply_optimistic(
-                client_message_id,
-                content,
-                attachments,
-                *created_at,
-                *on_busy,
-            ),
+            } => match edit {
+                Some(parent) => conv.apply_optimistic_edit(
+                    client_message_id,
+                    content,
+                    attachments,
+                    *created_at,
+                    *on_busy,
+                    parent.clone(),
+                ),
+                None => conv.apply_optimistic(
+                    client_message_id,
+                    content,
+                    attachments,
+                    *created_at,
+                    *on_busy,
+                ),
+            },
             TabMessage::Posted { response, .. } => conv.apply_post_response(response),
             TabMessage::Rejected {
                 client_message_id,

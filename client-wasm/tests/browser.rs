@@ -720,6 +720,9 @@ async fn a_cached_turn_the_server_lost_ends_interrupted_instead_of_spinning() {
                 event_id: format!("{epoch}-1"),
                 author: None,
                 attachments: Vec::new(),
+                parent_id: None,
+                siblings: None,
+                requests: Vec::new(),
             },
         },
     ));

@@ -3,6 +3,8 @@
 //   demo agent (each scenario with its own server);
 // - usechat-asks.mjs: the demo agent's approvals and client tools answered through useChat
 //   (ai 5: a client tool; ai 7: both);
+// - usechat-branches.mjs: regenerate() and an edit (sendMessage with a messageId) through
+//   useChat, ai 5 and ai 7 (contract v1.2);
 // - majors.mjs: what a useChat user sees with AI SDK 5, 6 and 7 (history in a new browser,
 //   other tabs, reloads, stop, resume, attachments), all on one server whose openai agent
 //   talks to an in-process fake upstream (fake-upstream.mjs);
@@ -23,6 +25,7 @@ import { scenarios as majors } from "./majors.mjs";
 import { scenarios as hook } from "./react-scenarios.mjs";
 import { scenarios as chunks } from "./usechat-ai5.mjs";
 import { scenarios as asks } from "./usechat-asks.mjs";
+import { scenarios as branches } from "./usechat-branches.mjs";
 
 /** The real server binary, serving the built test pages instead of the demo page. */
 class PagesServer extends Server {
@@ -80,7 +83,7 @@ async function main() {
     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
       "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
   });
-  const all = [...chunks, ...asks, ...majors, ...hook];
+  const all = [...chunks, ...asks, ...branches, ...majors, ...hook];
   let shared = null;
   for (const [i, s] of all.entries()) {
     if (!wanted(s.name)) continue;

@@ -11,7 +11,7 @@ use turnstream_protocol::{Attachment, OnBusy, RawJson, RequestKind};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::client::{coded_error, Client, Options};
+use super::client::{coded_error, BranchAction, Client, Options};
 use crate::codec::{write_str, Obj};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -131,6 +131,16 @@ interface EntryBase {
   readonly error: EntryError | null;
   /** The files of a user message, as sent; always empty on replies. */
   readonly attachments: readonly Attachment[];
+  /** Its place among its versions (contract v1.2): a user message's edits, a reply's
+   *  regenerations; `{ index: 0, count: 1 }` for the only version. Show "< index+1/count >"
+   *  and call `switchBranch(key, i)`. */
+  readonly branch: BranchPosition;
+}
+
+/** Version `index` (0-based, oldest first) of `count`. */
+export interface BranchPosition {
+  readonly index: number;
+  readonly count: number;
 }
 
 export interface UserEntry extends EntryBase {
@@ -180,7 +190,8 @@ export interface ChatState {
   readonly historyLoaded: boolean;
   /** The server's refusal while `connection` is "unauthorized", else null. */
   readonly error: EntryError | null;
-  /** In journal order; messages not yet accepted by the server last, in send order. */
+  /** The active branch (contract v1.2), in conversation order; messages not yet accepted by
+   *  the server last, in send order. */
   readonly messages: readonly ChatEntry[];
 }
 
@@ -419,6 +430,62 @@ impl ChatClient {
                 .into(),
             ),
         }
+    }
+
+    /// Edits user entry `key` (contract v1.2): a new version of it, sent like `send` (shown at
+    /// once, posted now or when the server is reachable again), whose reply starts a new
+    /// branch; the old versions stay, one `switchBranch` away.
+    #[wasm_bindgen(unchecked_return_type = "Promise<SendResult>")]
+    pub fn edit(&self, key: String, content: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if inner.is_closed() {
+                return Err(js_error("turnstream: the client is closed"));
+            }
+            if content.len() > MAX_CONTENT_BYTES {
+                return Err(js_error("turnstream: a message is at most 65536 bytes"));
+            }
+            if content.trim().is_empty() {
+                return Err(js_error("turnstream: a message cannot be empty"));
+            }
+            let id = inner.edit(&key, content).await.ok_or_else(|| {
+                js_error("turnstream: edit takes the key of a user message the server has")
+            })?;
+            let out = js_sys::Object::new();
+            js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
+            Ok(out.into())
+        })
+    }
+
+    /// Asks for another reply (contract v1.2) to user entry `key`, or to the user message of
+    /// reply `key`: a new version of the reply, streamed like any turn; posted now or when the
+    /// server is reachable again.
+    pub fn regenerate(&self, key: String) -> Result<(), JsError> {
+        let action = self
+            .inner
+            .regenerate_target(&key)
+            .map(BranchAction::Regenerate);
+        if !self.inner.queue_branch(action) {
+            return Err(JsError::new(
+                "turnstream: regenerate takes the key of a message the server has",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Shows version `index` (0-based, of `entry.branch.count`) of entry `key` and the
+    /// branch below it, in every tab and device (contract v1.2); posted now or when the
+    /// server is reachable again.
+    #[wasm_bindgen(js_name = "switchBranch")]
+    pub fn switch_branch(&self, key: String, index: u32) -> Result<(), JsError> {
+        let action = self
+            .inner
+            .sibling_id(&key, index as usize)
+            .map(BranchAction::Switch);
+        if !self.inner.queue_branch(action) {
+            return Err(JsError::new("turnstream: no such version of that entry"));
+        }
+        Ok(())
     }
 
     /// Asks the server to cancel a turn; its end arrives through the stream like any other.

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use js_sys::{Function, Object, Promise, Reflect};
 use turnstream_protocol::{
     Attachment, CancelResponse, ErrorDetail, HistoryResponse, OnBusy, PostMessageResponse, RawJson,
-    TurnInfo, CURSOR_HEADER,
+    RegenerateResponse, TurnInfo, CURSOR_HEADER,
 };
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
@@ -124,9 +124,11 @@ impl Endpoint {
         content: &str,
         attachments: &[Attachment],
         on_busy: Option<OnBusy>,
+        parent_id: Option<Option<&str>>,
     ) -> Result<PostMessageResponse, HttpError> {
         let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/messages"]);
-        let body = codec::post_request_json(content, client_message_id, attachments, on_busy);
+        let body =
+            codec::post_request_json(content, client_message_id, attachments, on_busy, parent_id);
         decode(
             self.send("POST", &url, Some(&body)).await?,
             codec::post_response,
@@ -158,6 +160,26 @@ impl Endpoint {
         let body = codec::input_request_json(request_id, answer);
         let state = |v: &JsValue| v.get("state")?.as_string();
         decode(self.send("POST", &url, Some(&body)).await?, state).await
+    }
+
+    /// `POST /api/messages/{message}/regenerate` (contract v1.2).
+    pub(crate) async fn regenerate(
+        &self,
+        message_id: &str,
+    ) -> Result<RegenerateResponse, HttpError> {
+        let url = self.url(&["/api/messages/", &enc(message_id), "/regenerate"]);
+        decode(
+            self.send("POST", &url, Some("{}")).await?,
+            codec::regenerate_response,
+        )
+        .await
+    }
+
+    /// `POST /api/sessions/{session}/active` (contract v1.2).
+    pub(crate) async fn switch_branch(&self, leaf_id: &str) -> Result<(), HttpError> {
+        let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/active"]);
+        let body = codec::switch_request_json(leaf_id);
+        self.send("POST", &url, Some(&body)).await.map(|_| ())
     }
 
     /// `POST /api/turns/{turn}/cancel`.

@@ -278,18 +278,18 @@ fn answer_bodies_are_what_the_server_reads() {
         }
     }
     for on_busy in [OnBusy::Enqueue, OnBusy::Reject, OnBusy::Interrupt] {
-        let text = post_request_json("hi", "c-1", &[], Some(on_busy));
+        let text = post_request_json("hi", "c-1", &[], Some(on_busy), None);
         let req: PostMessageRequest = serde_json::from_str(&text).expect("parses");
         assert_eq!(req.on_busy, Some(on_busy));
     }
-    assert!(!post_request_json("hi", "c-1", &[], None).contains("on_busy"));
+    assert!(!post_request_json("hi", "c-1", &[], None, None).contains("on_busy"));
 }
 
 #[test]
 fn written_bodies_are_what_serde_writes() {
     for (n, s) in tricky().into_iter().enumerate() {
         let files = sim::attachments_of(n);
-        let text = post_request_json(&s, "c-1", &files, None);
+        let text = post_request_json(&s, "c-1", &files, None, None);
         let req: PostMessageRequest = serde_json::from_str(&text).expect("parses");
         assert_eq!(req.content, s);
         assert_eq!(req.client_message_id.as_deref(), Some("c-1"));
@@ -306,6 +306,7 @@ fn written_bodies_are_what_serde_writes() {
             attachments: Vec::new(),
             created_at: -5,
             on_busy: None,
+            edit: None,
         },
         TabMessage::Optimistic {
             session_id: "s1".into(),
@@ -314,6 +315,7 @@ fn written_bodies_are_what_serde_writes() {
             attachments: sim::attachments_of(2),
             created_at: 7,
             on_busy: None,
+            edit: None,
         },
         TabMessage::Posted {
             session_id: "s1".into(),
@@ -363,6 +365,7 @@ fn written_bodies_are_what_serde_writes() {
             attachments: Vec::new(),
             created_at: 9,
             on_busy: Some(OnBusy::Interrupt),
+            edit: None,
         },
         TabMessage::Answer {
             session_id: "s1".into(),

@@ -59,6 +59,45 @@ pub struct UserEntry {
     /// (contract v1.2); `None` is the server's default, `enqueue`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_busy: Option<OnBusy>,
+    /// Its place in the conversation tree (contract v1.2).
+    #[serde(default)]
+    pub node: Node,
+    /// Posted with an explicit `parent_id` (`node.parent_id`, `None` for a new first message):
+    /// an edit.
+    #[serde(default)]
+    pub edit: bool,
+}
+
+/// Where a message sits in the conversation tree (contract v1.2).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// A reply's message id (a user message's is its entry's `message_id`).
+    pub id: Option<String>,
+    /// The message it follows; `None` for a first message (when `placed`).
+    pub parent_id: Option<String>,
+    /// Whether `parent_id` is known: the server said it (or this browser's edit did).
+    pub placed: bool,
+    /// Every version's id, oldest first, as history last said; empty when it said none.
+    pub siblings: Vec<String>,
+    /// Not `placed`, but a history of the active branch that covers it left it out: another
+    /// branch's.
+    #[serde(default)]
+    pub elsewhere: bool,
+}
+
+impl Node {
+    /// Folds another account of the same message into this one.
+    pub fn join(&mut self, other: &Node) {
+        fill(&mut self.id, &other.id);
+        if !self.placed && other.placed {
+            self.parent_id.clone_from(&other.parent_id);
+            self.placed = true;
+        }
+        if other.siblings.len() > self.siblings.len() {
+            self.siblings.clone_from(&other.siblings);
+        }
+        self.elsewhere = (self.elsewhere || other.elsewhere) && !self.placed;
+    }
 }
 
 impl UserEntry {
@@ -97,6 +136,8 @@ impl UserEntry {
         if self.send_order == 0 {
             self.send_order = other.send_order;
         }
+        self.edit |= other.edit;
+        self.node.join(&other.node);
     }
 }
 
@@ -230,6 +271,9 @@ pub struct AssistantEntry {
     /// answer: shown at once, posted by the outbox.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answers: Vec<LocalAnswer>,
+    /// Its reply's place in the conversation tree (contract v1.2): `turn_queued` names both.
+    #[serde(default)]
+    pub node: Node,
 }
 
 /// An answer given in this browser to one of the turn's requests.
@@ -252,6 +296,7 @@ impl AssistantEntry {
             fin: None,
             recovered: false,
             answers: Vec::new(),
+            node: Node::default(),
         }
     }
 
@@ -356,6 +401,7 @@ impl AssistantEntry {
             self.offer_final(fin.clone());
         }
         self.recovered |= other.recovered;
+        self.node.join(&other.node);
         for a in &other.answers {
             self.offer_answer(&a.request_id, &a.answer, a.sent);
         }

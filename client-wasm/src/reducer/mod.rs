@@ -9,6 +9,7 @@
 //! of its events up to a journal position; a later position (a snapshot, a sibling's cache) replaces
 //! an earlier one, and an event at or below the position already folded is a duplicate.
 
+mod branch;
 pub mod entry;
 pub mod keyed;
 pub mod view;
@@ -24,10 +25,14 @@ use turnstream_protocol::{
     TurnInfo,
 };
 
-use entry::{AssistantEntry, EntryError, Final, FinalSource, Progress, UserEntry, UserStatus};
+use entry::{
+    AssistantEntry, EntryError, Final, FinalSource, Node, Progress, UserEntry, UserStatus,
+};
 use keyed::{Keyed, Keys};
 use view::{assistant_view, user_view, Place};
-pub use view::{AttachmentView, Connection, EntryStatus, EntryView, Role, ToolView, View};
+pub use view::{
+    AttachmentView, BranchView, Connection, EntryStatus, EntryView, Role, ToolView, View,
+};
 
 /// A message still to post, as the outbox hands it out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +41,8 @@ pub struct Outgoing {
     pub content: String,
     pub attachments: Vec<Attachment>,
     pub on_busy: Option<OnBusy>,
+    /// An edit's `parent_id` (`Some(None)`: a new first message); `None` follows the active leaf.
+    pub parent_id: Option<Option<String>>,
 }
 
 impl Outgoing {
@@ -45,6 +52,7 @@ impl Outgoing {
             content: u.content.clone(),
             attachments: u.attachments.clone(),
             on_busy: u.on_busy,
+            parent_id: u.edit.then(|| u.node.parent_id.clone()),
         }
     }
 }
@@ -58,7 +66,7 @@ pub struct OutgoingAnswer {
 }
 
 /// Version of [`CacheRecord`]; a cache of another version is ignored.
-pub const CACHE_VERSION: u32 = 1;
+pub const CACHE_VERSION: u32 = 2;
 
 /// What the SDK keeps of a session between page loads (IndexedDB) and hands between tabs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,6 +142,16 @@ pub struct Conversation {
     refusal: Option<EntryError>,
     /// The oldest message of the history pages read, where an older page starts (`before`).
     oldest: Option<String>,
+    /// The session's active leaf (contract v1.2) and the journal position that said so; `None`
+    /// from a server that does not branch: the view is then every message.
+    leaf: Option<(String, i64)>,
+    /// Replies history named before they were written (the leaf, or the parent of a message
+    /// sent while its turn ran), each with its user message: the branch goes through them.
+    unwritten: Keyed<String>,
+    /// This browser's edit being posted: the view shows its branch until the server's leaf does.
+    editing: Option<String>,
+    /// The stream moved the leaf to a branch not read yet: reload the active branch's history.
+    branch_unread: bool,
     /// Bumped on every change, so a caller can tell "same view" cheaply.
     revision: u64,
     send_counter: u64,
@@ -157,6 +175,10 @@ impl Conversation {
             history_loaded: false,
             refusal: None,
             oldest: None,
+            leaf: None,
+            unwritten: Keyed::new(),
+            editing: None,
+            branch_unread: false,
             revision: 0,
             send_counter: 0,
         }
@@ -237,6 +259,10 @@ impl Conversation {
         if let Ok(cursor) = h.cursor.parse::<Cursor>() {
             changed |= self.adopt_epoch(&cursor.epoch);
         }
+        if let (Some(leaf), Some(seq)) = (&h.leaf_id, self.epoch_seq(&h.cursor)) {
+            changed |= self.move_leaf(leaf, seq);
+        }
+        self.note_unwritten(h, true);
         for m in &h.messages {
             changed |= self.absorb_message(m, None);
         }
@@ -260,6 +286,7 @@ impl Conversation {
         }
         let before = self.users.len() + self.turns.len();
         let mut changed = false;
+        self.note_unwritten(h, false);
         for m in &h.messages {
             changed |= self.absorb_message(m, None);
         }
@@ -325,6 +352,21 @@ impl Conversation {
         match &e.body {
             EventBody::MessageReceived { message } => {
                 changed |= self.absorb_message(message, Some(seq));
+            }
+            EventBody::BranchChanged { leaf_id } => {
+                self.editing = None;
+                changed |= self.move_leaf(leaf_id, seq);
+                self.branch_unread |= self.node_parent(leaf_id).is_none();
+            }
+            EventBody::TurnQueued {
+                reply_id: Some(reply_id),
+                parent_id,
+            } => {
+                let Some(turn_id) = &e.turn_id else {
+                    return false;
+                };
+                changed |= self.place_turn(turn_id, Some(reply_id), parent_id.as_deref(), seq);
+                changed |= self.move_leaf(reply_id, seq);
             }
             EventBody::TurnEnded {
                 state,
@@ -448,6 +490,26 @@ impl Conversation {
         created_at: i64,
         on_busy: Option<OnBusy>,
     ) -> bool {
+        self.optimistic_at(
+            client_message_id,
+            content,
+            attachments,
+            created_at,
+            on_busy,
+            None,
+        )
+    }
+
+    /// An optimistic message; `edit`: the `parent_id` it is posted with.
+    fn optimistic_at(
+        &mut self,
+        client_message_id: &str,
+        content: &str,
+        attachments: &[Attachment],
+        created_at: i64,
+        on_busy: Option<OnBusy>,
+        edit: Option<Option<String>>,
+    ) -> bool {
         if self.users.contains_key(client_message_id) {
             return false;
         }
@@ -467,6 +529,12 @@ impl Conversation {
             author: None,
             attachments: attachments.to_vec(),
             on_busy,
+            node: Node {
+                placed: edit.is_some(),
+                parent_id: edit.clone().flatten(),
+                ..Node::default()
+            },
+            edit: edit.is_some(),
         };
         let changed = self.join_user(entry);
         self.touch(changed)
@@ -821,7 +889,11 @@ impl Conversation {
 
     pub fn view(&self) -> View {
         let mut placed: Vec<Placed<'_>> = Vec::with_capacity(self.users.len() + self.turns.len());
+        let shown = self.shown();
         for u in self.users.values() {
+            if !Self::shows_user(&shown, u) {
+                continue;
+            }
             let place = match u.seq {
                 Some(seq) => Place::Journal { seq, rank: 0 },
                 None => Place::Unsent {
@@ -835,8 +907,27 @@ impl Conversation {
                 entry: Either::User(u),
             });
         }
+        let claims = self.claims();
+        // Each user message's journal position, by message id (the branch index's heap).
+        let users: Vec<&UserEntry> = self.users.values().collect();
+        let seqs = BinaryHeap::from(
+            users
+                .iter()
+                .enumerate()
+                .filter_map(|(i, u)| Some((u.message_id.as_deref()?, i)))
+                .collect::<Vec<_>>(),
+        )
+        .into_sorted_vec();
         for a in self.turns.values() {
-            let place = match self.introduced_at(a) {
+            let (id, parent) = self.turn_place(a, &claims);
+            if !Self::shows_turn(&shown, id, parent) {
+                continue;
+            }
+            // A reply right after its user message (a regeneration's too).
+            let answered = parent
+                .and_then(|p| seqs.binary_search_by(|(id, _)| (*id).cmp(p)).ok())
+                .and_then(|i| users[seqs[i].1].seq);
+            let place = match answered.or(self.introduced_at(a)) {
                 Some(seq) => Place::Journal { seq, rank: 1 },
                 None => Place::Unknown,
             };
@@ -859,8 +950,14 @@ impl Conversation {
             messages: placed
                 .iter()
                 .map(|p| match p.entry {
-                    Either::User(u) => user_view(u),
-                    Either::Turn(a) => assistant_view(a),
+                    Either::User(u) => EntryView {
+                        branch: Self::branch_of(&shown, u.message_id.as_deref()),
+                        ..user_view(u)
+                    },
+                    Either::Turn(a) => EntryView {
+                        branch: Self::branch_of(&shown, self.turn_place(a, &claims).0),
+                        ..assistant_view(a)
+                    },
                 })
                 .collect(),
         }
@@ -950,9 +1047,26 @@ impl Conversation {
                     author: m.author.clone(),
                     attachments: m.attachments.clone(),
                     on_busy: None,
+                    node: Node {
+                        id: None,
+                        parent_id: m.parent_id.clone(),
+                        placed: true,
+                        siblings: m
+                            .siblings
+                            .as_ref()
+                            .map(|s| s.ids.clone())
+                            .unwrap_or_default(),
+                        elsewhere: false,
+                    },
+                    edit: false,
                 };
                 let mut changed = self.join_user(incoming);
-                if let Some(turn_id) = &m.turn_id {
+                // Its reply's bubble, at once. (On a branch read from history, the turns of
+                // replies not written yet come from the snapshot: this one's may be another
+                // version's.)
+                if let (Some(turn_id), true) =
+                    (&m.turn_id, seq_hint.is_some() || self.leaf.is_none())
+                {
                     self.turn_mut(turn_id, &mut changed);
                 }
                 changed
@@ -968,6 +1082,19 @@ impl Conversation {
                 let a = self.turn_mut(turn_id, &mut changed);
                 let was_final = a.is_final();
                 changed |= a.note_anchor(seq);
+                let before = a.node.clone();
+                a.node.join(&Node {
+                    id: Some(m.message_id.clone()),
+                    parent_id: m.parent_id.clone(),
+                    placed: true,
+                    siblings: m
+                        .siblings
+                        .as_ref()
+                        .map(|s| s.ids.clone())
+                        .unwrap_or_default(),
+                    elsewhere: false,
+                });
+                changed |= a.node != before;
                 changed |= a.offer_final(Final {
                     status: m.status,
                     source: FinalSource::Message,
@@ -1051,6 +1178,14 @@ impl Conversation {
             AssistantEntry::new(turn_id)
         })
     }
+}
+
+/// A reply's message id, once known.
+fn reply_id(a: &AssistantEntry) -> Option<&str> {
+    a.node
+        .id
+        .as_deref()
+        .or(a.fin.as_ref().and_then(|f| f.message_id.as_deref()))
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]

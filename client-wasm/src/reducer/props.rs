@@ -56,7 +56,14 @@ pub(crate) fn turn() -> impl Strategy<Value = TurnSpec> {
             content,
             steps,
             end,
+            regenerate: false,
         })
+}
+
+/// A turn that is, one time in three, a regeneration (v1.2); the journal then also switches
+/// branches.
+fn branching_turn() -> impl Strategy<Value = TurnSpec> {
+    (turn(), prop::bool::weighted(0.35)).prop_map(|(t, regenerate)| TurnSpec { regenerate, ..t })
 }
 
 /// Everything one tab can be handed, in the order it is handed them.
@@ -125,7 +132,12 @@ fn plan(s: &SimSession, dice: &[u8], unsent: usize) -> Plan {
     let head = if seqs.is_empty() {
         0
     } else {
-        seqs[d.below(seqs.len())]
+        // A message and its turn_queued are one transaction: no head falls between them.
+        let i = d.below(seqs.len());
+        match &s.journal[i].body {
+            EventBody::MessageReceived { .. } => seqs.get(i + 1).copied().unwrap_or(seqs[i]),
+            _ => seqs[i],
+        }
     };
     let event_index = |from: i64, to: i64| -> Vec<usize> {
         (0..seqs.len())
@@ -351,11 +363,34 @@ pub(crate) fn feeds_of(s: &SimSession, dice: &[u8]) -> Vec<Feed> {
     plan(s, dice, 1).feeds
 }
 
-fn run(s: &SimSession, feeds: &[Feed], check_revision: bool) -> Conversation {
+thread_local! {
+    /// Turns a run settled by a status check at its end (they may be `recovered`).
+    static CHECKED: std::cell::RefCell<BTreeSet<String>> = const { std::cell::RefCell::new(BTreeSet::new()) };
+    /// A run read the active branch's history again (a turn_queued of a message it did not
+    /// know): the turns ended before its position were settled by history, as after a resync.
+    static REREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Strips, when a run read history again, every turn's telemetry (a resync's blind window).
+fn strip_reread(s: &SimSession, v: &mut View) {
+    if REREAD.with(|r| r.get()) {
+        let all: BTreeSet<String> = s.queued.iter().map(|(t, _)| t.clone()).collect();
+        strip(v, &all);
+    }
+}
+
+fn run(s: &SimSession, head: i64, feeds: &[Feed], check_revision: bool) -> Conversation {
     let mut c = Conversation::new(sim::SESSION);
     for f in feeds {
         let before = check_revision.then(|| (c.revision(), c.view()));
         let changed = f.apply(s, &mut c);
+        if c.take_branch_unread() {
+            // The browser reloads the active branch's history (here: as the server had it at
+            // the stream's position; a later one is a resync's blind window).
+            c.apply_history(&s.history_at(c.high_water().unwrap_or(head)));
+            REREAD.with(|r| r.set(true));
+            continue;
+        }
         if check_revision {
             // The browser posts with `next_to_post`: it is the outbox's first, filter or not.
             let outbox = c.outbox();
@@ -382,6 +417,14 @@ fn run(s: &SimSession, feeds: &[Feed], check_revision: bool) -> Conversation {
             }
         }
     }
+    // Turns the page asks the server about, answered: the browser does as soon as it can.
+    // (What an off-branch turn became, history no longer says.)
+    for t in c.take_turns_to_check() {
+        if let Some(info) = s.turn_info_at(&t, head) {
+            c.apply_turn_info(&t, Some(&info));
+            CHECKED.with(|k| k.borrow_mut().insert(t));
+        }
+    }
     c
 }
 
@@ -405,13 +448,13 @@ fn canonical(s: &SimSession, p: &Plan) -> View {
 
 /// Turns whose thinking/tools/error no source could have carried to the client under test.
 fn unknowable(s: &SimSession, p: &Plan) -> BTreeSet<String> {
-    s.sent
+    s.queued
         .iter()
-        .filter_map(|m| {
-            let end = s.end_seq(&m.turn_id, p.head)?;
+        .filter_map(|(turn_id, _)| {
+            let end = s.end_seq(turn_id, p.head)?;
             let cached = p.cache_upto.is_some_and(|c| end <= c);
             let blind = p.blind.iter().any(|&(a, b)| end > a && end <= b);
-            (blind && !cached).then(|| m.turn_id.clone())
+            (blind && !cached).then(|| turn_id.clone())
         })
         .collect()
 }
@@ -456,7 +499,7 @@ fn forget_recovery(v: &mut View, may_recover: &BTreeSet<String>) {
         if e.recovered {
             let turn = e.turn_id.clone().unwrap_or_default();
             assert!(
-                may_recover.contains(&turn),
+                may_recover.contains(&turn) || CHECKED.with(|k| k.borrow().contains(&turn)),
                 "{turn} is recovered but no cache showed it open"
             );
             assert!(
@@ -473,22 +516,30 @@ fn forget_recovery(v: &mut View, may_recover: &BTreeSet<String>) {
 fn assert_well_formed(s: &SimSession, p: &Plan, v: &View) {
     let keys: BTreeSet<&str> = v.messages.iter().map(|e| e.key.as_str()).collect();
     assert_eq!(keys.len(), v.messages.len(), "duplicate bubble");
-    let journaled: Vec<&sim::Sent> = s.sent.iter().filter(|m| m.seq <= p.head).collect();
+    // The active branch (v1.2): each user message of it, then its reply on the branch.
     let mut expected_keys = Vec::new();
-    for m in &journaled {
-        expected_keys.push(
-            m.client_message_id
-                .clone()
-                .unwrap_or_else(|| m.response.message_id.clone()),
-        );
-        expected_keys.push(format!("turn:{}", m.turn_id));
+    for id in s.branch_at(p.head) {
+        match (id.strip_prefix('m'), id.strip_prefix('a')) {
+            (Some(k), _) => {
+                let m = s.sent.iter().find(|m| m.response.message_id == id);
+                expected_keys.extend(m.map(|m| {
+                    m.client_message_id
+                        .clone()
+                        .unwrap_or_else(|| m.response.message_id.clone())
+                }));
+                let _ = k;
+            }
+            (_, Some(k)) => expected_keys.push(format!("turn:t{k}")),
+            _ => {}
+        }
     }
     expected_keys.extend(p.unsent.iter().map(|u| u.0.clone()));
     let got: Vec<String> = v.messages.iter().map(|e| e.key.clone()).collect();
     assert_eq!(got, expected_keys);
-    let open = journaled
+    let open = s
+        .queued
         .iter()
-        .any(|m| s.end_seq(&m.turn_id, p.head).is_none());
+        .any(|(t, at)| *at <= p.head && s.end_seq(t, p.head).is_none());
     assert_eq!(v.busy, open);
 }
 
@@ -516,18 +567,22 @@ proptest! {
         let mut expected = canonical(&s, &p);
         assert_well_formed(&s, &p, &expected);
 
-        let mut got = run(&s, &p.feeds, true).view();
+        REREAD.with(|r| r.set(false));
+        let mut got = run(&s, p.head, &p.feeds, true).view();
         let hidden = unknowable(&s, &p);
         let may_recover = open_in(&plan_caches(&p));
         strip(&mut expected, &hidden);
         strip(&mut got, &hidden);
+        strip_reread(&s, &mut expected);
+        strip_reread(&s, &mut got);
         forget_recovery(&mut got, &may_recover);
         prop_assert_eq!(&got, &expected);
 
         // Hearing everything twice (a sibling's relays, replays after reconnects) changes nothing.
         let twice: Vec<Feed> = p.feeds.iter().chain(p.feeds.iter()).cloned().collect();
-        let mut again = run(&s, &twice, false).view();
+        let mut again = run(&s, p.head, &twice, false).view();
         strip(&mut again, &hidden);
+        strip_reread(&s, &mut again);
         forget_recovery(&mut again, &may_recover);
         prop_assert_eq!(&again, &expected);
     }
@@ -544,9 +599,9 @@ proptest! {
     ) {
         let s = sim::build(&turns, &choices, &skips);
         let p = plan(&s, &dice, 1);
-        let expected = run(&s, &p.feeds, false).view();
+        let expected = run(&s, p.head, &p.feeds, false).view();
         let at = cut.index(p.feeds.len() + 1);
-        let first = run(&s, &p.feeds[..at], false);
+        let first = run(&s, p.head, &p.feeds[..at], false);
         let json = serde_json::to_string(&first.to_cache()).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let rec: CacheRecord = serde_json::from_str(&json).map_err(|e| TestCaseError::fail(e.to_string()))?;
         let mut rest = vec![Feed::Cache(rec.clone())];
@@ -554,7 +609,7 @@ proptest! {
         rest.push(Feed::History(p.head));
         rest.push(Feed::Snapshot(p.head));
         rest.extend(p.feeds[at..].iter().filter(|f| matches!(f, Feed::Cache(_) | Feed::Send(..) | Feed::Post(_) | Feed::Relay(_) | Feed::RelayPost(_) | Feed::Respond(..))).cloned());
-        let mut second = run(&s, &rest, false);
+        let mut second = run(&s, p.head, &rest, false);
         if p.resynced { second.mark_gap(); }
         let mut got = second.view();
         let mut want = expected;
@@ -565,7 +620,7 @@ proptest! {
         forget_recovery(&mut want, &may_recover);
         // A reload crosses (cut, head] by history alone: telemetry of turns ended in there is
         // only as good as what the first page saw.
-        let hidden: BTreeSet<String> = s.sent.iter().map(|m| m.turn_id.clone()).collect();
+        let hidden: BTreeSet<String> = s.queued.iter().map(|(t, _)| t.clone()).collect();
         strip(&mut got, &hidden);
         strip(&mut want, &hidden);
         prop_assert_eq!(got, want);
@@ -589,6 +644,7 @@ proptest! {
     ) {
         let s = sim::build(&turns, &choices, &skips);
         let p = plan(&s, &dice, 0);
+        REREAD.with(|r| r.set(false));
         let mut c = Conversation::new(sim::SESSION);
         let mut first = true;
         let older = |c: &mut Conversation| -> Result<(), TestCaseError> {
@@ -611,6 +667,10 @@ proptest! {
                 }
                 f => { f.apply(&s, &mut c); }
             }
+            if c.take_branch_unread() {
+                c.apply_history(&s.history_page(c.high_water().unwrap_or(p.head), None, limit));
+                REREAD.with(|r| r.set(true));
+            }
             if when.contains(&(i as u8)) {
                 older(&mut c)?;
             }
@@ -621,6 +681,12 @@ proptest! {
             rounds += 1;
             prop_assert!(rounds < 100, "paging back ends");
         }
+        for t in c.take_turns_to_check() {
+            if let Some(info) = s.turn_info_at(&t, p.head) {
+                c.apply_turn_info(&t, Some(&info));
+                CHECKED.with(|k| k.borrow_mut().insert(t));
+            }
+        }
         let mut got = c.view();
         let keys: BTreeSet<&str> = got.messages.iter().map(|e| e.key.as_str()).collect();
         prop_assert_eq!(keys.len(), got.messages.len(), "no entry twice");
@@ -628,6 +694,11 @@ proptest! {
         let hidden = unknowable(&s, &p);
         strip(&mut expected, &hidden);
         strip(&mut got, &hidden);
+        // An older page of the branch (v1.2: in conversation order) may hold a reply written
+        // after the stream's position: settled by it, that turn's telemetry is history's.
+        REREAD.with(|r| r.set(true));
+        strip_reread(&s, &mut expected);
+        strip_reread(&s, &mut got);
         forget_recovery(&mut got, &open_in(&plan_caches(&p)));
         prop_assert_eq!(&got, &expected);
     }
@@ -653,4 +724,67 @@ fn rejected_sends_are_kept_and_a_server_copy_wins() {
         c.outbox().is_empty(),
         "a rejected message is not posted again"
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// Branches (v1.2): regenerations and switches in the journal, heard from the session's
+    /// start through reconnects that replay (with or without a snapshot), with this tab's sends
+    /// and their POST answers anywhere: the view is the active branch, each entry with its
+    /// place among its versions, as a tab that heard the journal once in order shows it. A
+    /// switch to a branch the tab has not read makes it read the active branch's history.
+    #[test]
+    fn the_view_is_the_active_branch(
+        turns in prop::collection::vec(branching_turn(), 1..7),
+        choices in prop::collection::vec(any::<u8>(), 0..90),
+        skips in prop::collection::vec(any::<u8>(), 0..60),
+        dice in prop::collection::vec(any::<u8>(), 0..64),
+        late in any::<u8>(),
+    ) {
+        let s = sim::build(&turns, &choices, &skips);
+        let p = plan(&s, &dice, 1);
+        let mut expected = {
+            let mut c = Conversation::new(sim::SESSION);
+            for e in s.until(p.head) {
+                c.apply_event(e);
+            }
+            for (cmid, content, attachments, at) in &p.unsent {
+                c.send_local(cmid, content, attachments, *at, None);
+            }
+            c.view()
+        };
+        assert_well_formed(&s, &p, &expected);
+        // Heard from the start: the plan's first history read at an empty journal and its
+        // window replayed, then the plan's stream (reconnects, replays, snapshots), sends and
+        // answers; no cache nor resync (their blind windows are the other tests').
+        prop_assume!(!p.resynced);
+        let mut feeds = vec![Feed::History(0), Feed::Snapshot(0)];
+        let mut first = true;
+        for f in &p.feeds {
+            match f {
+                Feed::History(c0) if first => {
+                    first = false;
+                    feeds.extend(s.journal.iter().enumerate().filter(|(_, e)| sim::seq_of(e) <= *c0).map(|(i, _)| Feed::Event(i)));
+                }
+                Feed::Cache(_) | Feed::History(_) | Feed::Resync | Feed::Respond(..) => {}
+                f => feeds.push(f.clone()),
+            }
+        }
+        // A late history page of the active branch (a reload's, a conflict's) changes nothing.
+        if late % 2 == 0 {
+            feeds.push(Feed::History(p.head));
+        }
+        REREAD.with(|r| r.set(false));
+        let mut got = run(&s, p.head, &feeds, true).view();
+        let hidden = unknowable(&s, &p);
+        strip(&mut expected, &hidden);
+        strip(&mut got, &hidden);
+        strip_reread(&s, &mut expected);
+        strip_reread(&s, &mut got);
+        forget_recovery(&mut got, &BTreeSet::new());
+        expected.gap = false;
+        got.gap = false;
+        prop_assert_eq!(&got, &expected);
+    }
 }

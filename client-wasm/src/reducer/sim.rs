@@ -90,6 +90,9 @@ pub struct TurnSpec {
     pub content: String,
     pub steps: Vec<Step>,
     pub end: End,
+    /// A regeneration (v1.2) of the user message the active leaf answers, not a new message
+    /// (a send when there is none yet).
+    pub regenerate: bool,
 }
 
 /// One user message of the session and where the journal put it.
@@ -99,7 +102,6 @@ pub struct Sent {
     pub client_message_id: Option<String>,
     pub content: String,
     pub attachments: Vec<Attachment>,
-    pub turn_id: String,
     /// Sequence of its `message_received`.
     pub seq: i64,
     pub response: PostMessageResponse,
@@ -109,6 +111,8 @@ pub struct Sent {
 pub struct SimSession {
     pub journal: Vec<Event>,
     pub sent: Vec<Sent>,
+    /// Every turn queued: its id and the sequence of its `turn_queued`.
+    pub queued: Vec<(String, i64)>,
 }
 
 /// The files message `k` carries: none, an image, or an image and a named document, so every
@@ -144,6 +148,9 @@ pub fn build(turns: &[TurnSpec], choices: &[u8], skips: &[u8]) -> SimSession {
         skips: skips.to_vec(),
         skip_at: 0,
         sent: Vec::new(),
+        queued: Vec::new(),
+        tree: Vec::new(),
+        leaf: None,
     };
     // The runner's script per turn: its events after turn_queued.
     let mut arrived = 0usize;
@@ -163,6 +170,10 @@ pub fn build(turns: &[TurnSpec], choices: &[u8], skips: &[u8]) -> SimSession {
         }
         let pick = choices.get(choice_at).copied().unwrap_or(0);
         choice_at += 1;
+        // Someone switches to another branch's leaf (v1.2).
+        if pick % 7 == 6 && b.switch(usize::from(pick / 7)) {
+            continue;
+        }
         if can_arrive && (!can_run || pick % 3 == 0) {
             let k = arrived;
             arrived += 1;
@@ -242,6 +253,7 @@ pub fn build(turns: &[TurnSpec], choices: &[u8], skips: &[u8]) -> SimSession {
     SimSession {
         journal: b.journal,
         sent: b.sent,
+        queued: b.queued,
     }
 }
 
@@ -251,6 +263,10 @@ struct Builder {
     skips: Vec<u8>,
     skip_at: usize,
     sent: Vec<Sent>,
+    queued: Vec<(String, i64)>,
+    /// Every message id (replies from their turn's queueing) with its parent, oldest first.
+    tree: Vec<(String, Option<String>)>,
+    leaf: Option<String>,
 }
 
 impl Builder {
@@ -272,7 +288,62 @@ impl Builder {
         });
     }
 
+    /// `branch_changed` to the `n`-th leaf other than the active one; false when there is none.
+    fn switch(&mut self, n: usize) -> bool {
+        let leaves: Vec<String> = self
+            .tree
+            .iter()
+            .filter(|(id, _)| !self.tree.iter().any(|(_, p)| p.as_ref() == Some(id)))
+            .filter(|(id, _)| Some(id) != self.leaf.as_ref())
+            .map(|(id, _)| id.clone())
+            .collect();
+        if leaves.is_empty() {
+            return false;
+        }
+        let leaf_id = leaves[n % leaves.len()].clone();
+        let seq = self.next_seq();
+        self.leaf = Some(leaf_id.clone());
+        self.push(seq, None, EventBody::BranchChanged { leaf_id });
+        true
+    }
+
+    fn parent_of(&self, id: &str) -> Option<String> {
+        self.tree
+            .iter()
+            .find(|(i, _)| i == id)
+            .and_then(|(_, p)| p.clone())
+    }
+
+    fn queue(&mut self, k: usize, parent: String) {
+        let reply = format!("a{k}");
+        self.tree.push((reply.clone(), Some(parent.clone())));
+        self.leaf = Some(reply.clone());
+        self.queued.push((format!("t{k}"), self.seq));
+        self.push(
+            self.seq,
+            Some(format!("t{k}")),
+            EventBody::TurnQueued {
+                reply_id: Some(reply),
+                parent_id: Some(parent),
+            },
+        );
+    }
+
     fn arrive(&mut self, k: usize, spec: &TurnSpec) {
+        // (Once the leaf's reply is written: a page that reloads while both the reply and its
+        // regeneration are unwritten cannot tell their turns apart, the snapshot naming no
+        // reply ids.)
+        let written = self.leaf.as_ref().is_some_and(|l| {
+            self.journal.iter().any(|e| {
+                matches!(&e.body, EventBody::TurnEnded { message: Some(m), .. } if m.message_id == *l)
+            })
+        });
+        let answered = self.leaf.as_deref().and_then(|l| self.parent_of(l));
+        if let (true, true, Some(user)) = (spec.regenerate, written, answered) {
+            self.next_seq();
+            self.queue(k, user);
+            return;
+        }
         let seq = self.next_seq();
         let client_message_id = match spec.sender {
             Sender::Local => Some(format!("c{k}")),
@@ -291,10 +362,11 @@ impl Builder {
             event_id: cursor(seq),
             author: (k % 2 == 0).then(|| format!("user-{k}")),
             attachments: attachments_of(k),
-            parent_id: None,
+            parent_id: self.leaf.clone(),
             siblings: None,
             requests: Vec::new(),
         };
+        self.tree.push((format!("m{k}"), self.leaf.clone()));
         self.push(
             seq,
             Some(turn_id.clone()),
@@ -302,20 +374,12 @@ impl Builder {
         );
         // Accepting a message journals both in one transaction: nothing comes between them.
         self.seq += 1;
-        self.push(
-            self.seq,
-            Some(turn_id.clone()),
-            EventBody::TurnQueued {
-                reply_id: Some(format!("a{k}")),
-                parent_id: Some(format!("m{k}")),
-            },
-        );
+        self.queue(k, format!("m{k}"));
         self.sent.push(Sent {
             sender: spec.sender,
             client_message_id: client_message_id.clone(),
             content: spec.content.clone(),
             attachments: attachments_of(k),
-            turn_id: turn_id.clone(),
             seq,
             response: PostMessageResponse {
                 message_id: format!("m{k}"),
@@ -362,7 +426,7 @@ impl Builder {
             event_id: cursor(seq),
             author: None,
             attachments: Vec::new(),
-            parent_id: Some(format!("m{k}")),
+            parent_id: self.parent_of(&format!("a{k}")),
             siblings: None,
             requests,
         };
@@ -388,9 +452,66 @@ impl SimSession {
         self.journal.iter().filter(move |e| seq_of(e) <= upto)
     }
 
-    /// `GET /history` taken when the journal head was `c`.
+    /// The tree as of `c`: every message id (a reply from its turn's queueing) with its
+    /// parent, oldest first, and the active leaf.
+    pub fn tree_at(&self, c: i64) -> (Vec<(String, Option<String>)>, Option<String>) {
+        let mut tree = Vec::new();
+        let mut leaf = None;
+        for e in self.until(c) {
+            match &e.body {
+                EventBody::MessageReceived { message } => {
+                    tree.push((message.message_id.clone(), message.parent_id.clone()));
+                }
+                EventBody::TurnQueued {
+                    reply_id: Some(r),
+                    parent_id,
+                } => {
+                    tree.push((r.clone(), parent_id.clone()));
+                    leaf = Some(r.clone());
+                }
+                EventBody::BranchChanged { leaf_id } => leaf = Some(leaf_id.clone()),
+                _ => {}
+            }
+        }
+        // Between a message and its turn (one transaction on a real server): the message.
+        let leaf = leaf.or_else(|| tree.last().map(|(id, _)| id.clone()));
+        (tree, leaf)
+    }
+
+    /// The active branch at `c`: its message ids, root first.
+    pub fn branch_at(&self, c: i64) -> Vec<String> {
+        let (tree, leaf) = self.tree_at(c);
+        let mut path = Vec::new();
+        let mut at = leaf;
+        while let Some(id) = at {
+            at = tree
+                .iter()
+                .find(|(i, _)| *i == id)
+                .and_then(|(_, p)| p.clone());
+            path.insert(0, id);
+        }
+        path
+    }
+
+    /// A position a reader can see: a message and its turn_queued are one transaction.
+    fn settled(&self, c: i64) -> i64 {
+        let received = self
+            .journal
+            .iter()
+            .any(|e| seq_of(e) == c && matches!(e.body, EventBody::MessageReceived { .. }));
+        if received {
+            c + 1
+        } else {
+            c
+        }
+    }
+
+    /// `GET /history` taken when the journal head was `c`: the active branch (v1.2).
     pub fn history_at(&self, c: i64) -> HistoryResponse {
-        let messages = self
+        let c = self.settled(c);
+        let (tree, leaf) = self.tree_at(c);
+        let path = self.branch_at(c);
+        let mut messages: Vec<Message> = self
             .until(c)
             .filter_map(|e| match &e.body {
                 EventBody::MessageReceived { message } => Some(message.clone()),
@@ -399,13 +520,31 @@ impl SimSession {
                 } => Some(m.clone()),
                 _ => None,
             })
+            .filter(|m| path.contains(&m.message_id))
+            .map(|mut m| {
+                let ids: Vec<String> = tree
+                    .iter()
+                    .filter(|(_, p)| *p == m.parent_id)
+                    .map(|(i, _)| i.clone())
+                    .collect();
+                if ids.len() > 1 {
+                    m.siblings = Some(turnstream_protocol::Siblings {
+                        index: ids.iter().position(|i| *i == m.message_id).unwrap_or(0) as u32,
+                        count: ids.len() as u32,
+                        ids,
+                    });
+                }
+                m
+            })
             .collect();
+        // Conversation order: along the branch.
+        messages.sort_by_key(|m| path.iter().position(|id| *id == m.message_id));
         HistoryResponse {
             session_id: SESSION.to_owned(),
             messages,
             cursor: cursor(c),
             has_more: false,
-            leaf_id: None,
+            leaf_id: leaf,
         }
     }
 
@@ -429,6 +568,7 @@ impl SimSession {
 
     /// The `snapshot` frame of a stream opened at `c`.
     pub fn snapshot_at(&self, c: i64) -> Snapshot {
+        let c = self.settled(c);
         let mut active: Vec<ActiveTurn> = Vec::new();
         for e in self.until(c) {
             let Some(t) = &e.turn_id else { continue };
@@ -446,6 +586,53 @@ impl SimSession {
             cursor: cursor(c),
             active_turns: active,
         }
+    }
+
+    /// `GET /api/turns/{turn}` at `c`, for a turn that had ended by then.
+    pub fn turn_info_at(&self, turn_id: &str, c: i64) -> Option<turnstream_protocol::TurnInfo> {
+        let mut info = None;
+        for e in self
+            .until(c)
+            .filter(|e| e.turn_id.as_deref() == Some(turn_id))
+        {
+            if let EventBody::TurnEnded {
+                state,
+                message,
+                error,
+            } = &e.body
+            {
+                let active = self.snapshot_at(seq_of(e) - 1);
+                let fold = active
+                    .active_turns
+                    .into_iter()
+                    .find(|a| a.turn_id == turn_id);
+                info = Some(turnstream_protocol::TurnInfo {
+                    turn_id: turn_id.to_owned(),
+                    session_id: SESSION.to_owned(),
+                    state: *state,
+                    created_at: 0,
+                    started_at: None,
+                    ended_at: Some(e.ts),
+                    text: message
+                        .as_ref()
+                        .map(|m| m.content.clone())
+                        .unwrap_or_default(),
+                    thinking: fold
+                        .as_ref()
+                        .map(|a| a.thinking.clone())
+                        .unwrap_or_default(),
+                    tools: fold.as_ref().map(|a| a.tools.clone()).unwrap_or_default(),
+                    message: message.clone(),
+                    error: error.clone(),
+                    usage: None,
+                    requests: message
+                        .as_ref()
+                        .map(|m| m.requests.clone())
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        info
     }
 
     /// Sequence at which a turn ended, if it did by `upto`.

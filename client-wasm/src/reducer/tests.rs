@@ -249,6 +249,7 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
         attachments: crate::reducer::sim::attachments_of(1),
         created_at: 1,
         on_busy: None,
+        edit: None,
     };
     assert!(!relay.apply(&mut c));
     assert_eq!(c.view(), before);
@@ -259,6 +260,7 @@ fn a_sibling_relay_after_the_server_copy_is_a_no_op() {
         attachments: Vec::new(),
         created_at: 1,
         on_busy: None,
+        edit: None,
     };
     assert!(!other_session.apply(&mut c));
 }
@@ -307,6 +309,7 @@ fn attachments_show_from_every_source() {
         attachments: files.clone(),
         created_at: 5,
         on_busy: None,
+        edit: None,
     };
     assert!(relay.apply(&mut sibling));
     assert_eq!(sibling.view().messages[0].attachments, shown);
@@ -1027,4 +1030,194 @@ fn requests_come_from_snapshots_turn_statuses_and_the_cache() {
         None,
         "an ended turn takes no answer"
     );
+}
+
+/// How long a view of a long session takes (not a gate: prints the figure).
+#[test]
+#[ignore]
+fn view_cost_of_a_long_session() {
+    use turnstream_protocol::{Event, EventBody, Message, MessageStatus, Role as R, TurnState};
+    let mut c = Conversation::new("s1");
+    let ev = |seq: i64, turn: Option<String>, body| Event {
+        id: format!("ep-{seq}"),
+        session_id: "s1".into(),
+        ts: seq,
+        turn_id: turn,
+        body,
+        truncated: vec![],
+    };
+    let mut seq = 0;
+    let mut leaf: Option<String> = None;
+    for k in 0..1000 {
+        seq += 1;
+        let t = format!("t{k}");
+        c.apply_event(&ev(
+            seq,
+            Some(t.clone()),
+            EventBody::MessageReceived {
+                message: Message {
+                    message_id: format!("m{k}"),
+                    client_message_id: None,
+                    role: R::User,
+                    content: "hi".into(),
+                    status: MessageStatus::Complete,
+                    turn_id: Some(t.clone()),
+                    created_at: seq,
+                    event_id: format!("ep-{seq}"),
+                    author: None,
+                    attachments: vec![],
+                    parent_id: leaf.clone(),
+                    siblings: None,
+                    requests: vec![],
+                },
+            },
+        ));
+        seq += 1;
+        c.apply_event(&ev(
+            seq,
+            Some(t.clone()),
+            EventBody::TurnQueued {
+                reply_id: Some(format!("a{k}")),
+                parent_id: Some(format!("m{k}")),
+            },
+        ));
+        seq += 1;
+        c.apply_event(&ev(
+            seq,
+            Some(t.clone()),
+            EventBody::TurnEnded {
+                state: TurnState::Completed,
+                message: Some(Message {
+                    message_id: format!("a{k}"),
+                    client_message_id: None,
+                    role: R::Assistant,
+                    content: "reply".into(),
+                    status: MessageStatus::Complete,
+                    turn_id: Some(t.clone()),
+                    created_at: seq,
+                    event_id: format!("ep-{seq}"),
+                    author: None,
+                    attachments: vec![],
+                    parent_id: Some(format!("m{k}")),
+                    siblings: None,
+                    requests: vec![],
+                }),
+                error: None,
+            },
+        ));
+        leaf = Some(format!("a{k}"));
+    }
+    let t0 = std::time::Instant::now();
+    let mut n = 0;
+    for _ in 0..50 {
+        n += c.view().messages.len();
+    }
+    eprintln!(
+        "VIEW_COST: {} entries, {:.2} ms per view",
+        n / 50,
+        t0.elapsed().as_secs_f64() * 1000.0 / 50.0
+    );
+}
+
+/// A message of the tree with its parent (v1.2).
+fn placed(mut m: Message, parent: &str) -> Message {
+    m.parent_id = Some(parent.into());
+    m
+}
+
+fn queued(seq: i64, n: u32, parent: &str) -> Event {
+    ev(
+        seq,
+        &format!("t{n}"),
+        EventBody::TurnQueued {
+            reply_id: Some(format!("a{n}")),
+            parent_id: Some(parent.into()),
+        },
+    )
+}
+
+fn keys(c: &Conversation) -> Vec<String> {
+    c.view().messages.into_iter().map(|e| e.key).collect()
+}
+
+#[test]
+fn an_edit_shows_its_branch_at_once_then_the_journal_moves_the_branch() {
+    let mut c = Conversation::new(S);
+    let done = |seq, n, parent: &str| {
+        let mut r = reply(seq, n, MessageStatus::Complete, "ok");
+        r.message_id = format!("a{n}");
+        ev(
+            seq,
+            &format!("t{n}"),
+            EventBody::TurnEnded {
+                state: TurnState::Completed,
+                message: Some(placed(r, parent)),
+                error: None,
+            },
+        )
+    };
+    c.apply_event(&ev(
+        1,
+        "t1",
+        EventBody::MessageReceived {
+            message: user_msg(1, 1, Some("c1"), "one"),
+        },
+    ));
+    c.apply_event(&queued(2, 1, "m1"));
+    c.apply_event(&done(3, 1, "m1"));
+    let two = placed(user_msg(4, 2, Some("c2"), "two"), "a1");
+    c.apply_event(&ev(4, "t2", EventBody::MessageReceived { message: two }));
+    c.apply_event(&queued(5, 2, "m2"));
+    c.apply_event(&done(6, 2, "m2"));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "c2", "turn:t2"]);
+
+    // Edited (offline, say): the branch up to the message it replaces, then the edit.
+    assert_eq!(c.edit_local("c2", "e1", "two bis", 10), Some(true));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "e1"]);
+    assert_eq!(
+        c.outbox()[0].parent_id,
+        Some(Some("a1".to_owned())),
+        "posted as a sibling of c2"
+    );
+    assert_eq!(
+        c.edit_local("turn:t1", "e2", "x", 11),
+        None,
+        "only a user message is edited"
+    );
+
+    // The server took it: its turn moves the leaf; the edit is version 2 of 2.
+    let bis = placed(user_msg(7, 3, Some("e1"), "two bis"), "a1");
+    c.apply_event(&ev(7, "t3", EventBody::MessageReceived { message: bis }));
+    c.apply_event(&queued(8, 3, "m3"));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "e1", "turn:t3"]);
+    let e1 = c
+        .view()
+        .messages
+        .into_iter()
+        .find(|e| e.key == "e1")
+        .map(|e| e.branch);
+    assert_eq!(e1, Some(super::BranchView { index: 1, count: 2 }));
+    assert_eq!(c.sibling_id("e1", 0).as_deref(), Some("m2"));
+    assert_eq!(c.regenerate_target("turn:t3").as_deref(), Some("m3"));
+
+    // Another tab switched back: this one follows; a leaf it never read asks for history.
+    let switch = |seq: i64, leaf: &str| Event {
+        turn_id: None,
+        ..ev(
+            seq,
+            "",
+            EventBody::BranchChanged {
+                leaf_id: leaf.into(),
+            },
+        )
+    };
+    c.apply_event(&switch(9, "a2"));
+    assert_eq!(keys(&c), ["c1", "turn:t1", "c2", "turn:t2"]);
+    assert!(!c.take_branch_unread());
+    c.apply_event(&switch(10, "a-unknown"));
+    assert!(
+        c.take_branch_unread(),
+        "a branch not read: read the history"
+    );
+    assert!(!c.take_branch_unread(), "asked once");
 }

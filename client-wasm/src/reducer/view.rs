@@ -164,6 +164,16 @@ pub struct EntryView {
     /// messages. `answer` is the journal's, else the one given in this browser (shown before
     /// the server has it); `answered_by` is the journal's.
     pub requests: Vec<TurnRequest>,
+    /// Its place among its versions (contract v1.2): a user message's edits, a reply's
+    /// regenerations; `{index: 0, count: 1}` for the only version.
+    pub branch: BranchView,
+}
+
+/// Version `index` (0-based, oldest first) of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchView {
+    pub index: u32,
+    pub count: u32,
 }
 
 /// Everything a UI renders for one session.
@@ -220,6 +230,7 @@ pub(crate) fn user_view(u: &UserEntry) -> EntryView {
         author: u.author.clone(),
         attachments: u.attachments.iter().map(AttachmentView::from).collect(),
         requests: Vec::new(),
+        branch: BranchView { index: 0, count: 1 },
     }
 }
 
@@ -277,6 +288,7 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
         author: None,
         attachments: Vec::new(),
         requests,
+        branch: BranchView { index: 0, count: 1 },
     }
 }
 

@@ -78,13 +78,13 @@ function Chat() {
       add({ tool: toolCall.toolName, toolCallId: toolCall.toolCallId, output: window.LOCATION });
     },
   } : {};
-  const { messages, sendMessage, setMessages, stop, status, error, addToolOutput, addToolResult, addToolApprovalResponse } =
+  const { messages, sendMessage, regenerate, setMessages, stop, status, error, addToolOutput, addToolResult, addToolApprovalResponse } =
     useChat({ id: session, transport, resume, messages: initial, ...answers });
   useEffect(() => (watch ? transport.watch(session, setMessages) : undefined), [setMessages]);
   useEffect(() => {
     window.seen.push(messages.map((m) => ({ id: m.id, role: m.role, text: textOf(m) })));
   }, [messages]);
-  window.chat = { sendMessage, stop, addToolOutput, addToolResult, addToolApprovalResponse };
+  window.chat = { sendMessage, regenerate, stop, addToolOutput, addToolResult, addToolApprovalResponse };
   window.view = { status, error: error ? error.message : null, messages };
   const [, force] = useState(0);
   useEffect(() => {

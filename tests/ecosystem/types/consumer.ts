@@ -33,6 +33,13 @@ export async function aiSdk(): Promise<void> {
   const state: ChatState = client.state();
   const loaded: boolean = state.historyLoaded;
   void loaded;
+  // Branches (v1.2): another reply, an edit of a message, another version shown.
+  await chat.regenerate();
+  await chat.sendMessage({ text: "hello again", messageId: "m-1" });
+  const edited: string = (await client.edit("c-1", "hi")).clientMessageId;
+  void edited;
+  client.regenerate("turn:t-1");
+  client.switchBranch("turn:t-1", 0);
   await transport.close();
 }
 
@@ -53,5 +60,12 @@ export function react(): number {
       else void r.respond(q.requestId, q.options?.[0] ?? "yes").catch((e: { code: string }) => e.code);
     }
   }
+  // Branches (v1.2): each entry's place among its versions, and the calls that change it.
+  for (const m of r.state.messages) {
+    const b: { readonly index: number; readonly count: number } = m.branch;
+    if (b.count > 1) void r.switchBranch(m.key, (b.index + 1) % b.count);
+  }
+  void r.edit("c-1", "hello").then((x) => x.clientMessageId);
+  void r.regenerate("turn:t-1");
   return r.state.messages.filter((m) => m.role === "assistant" && (m.status === "streaming" || m.status === "waiting")).length;
 }

@@ -129,6 +129,7 @@ impl Client {
             Signal::Event(e, _) => {
                 self.delivered.set(true);
                 self.update(|c| c.apply_event(&e));
+                self.reread_branch();
             }
             Signal::Resync(r) => {
                 warn(

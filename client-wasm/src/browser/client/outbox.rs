@@ -40,6 +40,7 @@ impl Client {
             attachments,
             created_at,
             on_busy,
+            edit: None,
         });
         // On disk before the first attempt: a reload from here on still has it to post.
         self.save_now().await;
@@ -100,6 +101,18 @@ impl Client {
                 }
                 continue;
             }
+            // Then this tab's changes of branch, in order (before a message sent after them).
+            if !self.branch_actions.borrow().is_empty() {
+                match self.post_branch_action().await {
+                    None => attempt = 0,
+                    Some(after) => {
+                        let ms = after.unwrap_or_else(|| backoff_ms(attempt, env::random()));
+                        attempt = attempt.saturating_add(1);
+                        self.net_waker.sleep(ms).await;
+                    }
+                }
+                continue;
+            }
             let next = {
                 let own = self.own.borrow();
                 self.conv
@@ -117,6 +130,7 @@ impl Client {
                     &next.content,
                     &next.attachments,
                     next.on_busy,
+                    next.parent_id.as_ref().map(Option::as_deref),
                 )
                 .await
             {

@@ -207,5 +207,9 @@ fn entry_js(e: &EntryView) -> Object {
         requests.push(&js);
     }
     set(&o, "requests", &requests);
+    let branch = Object::new();
+    set(&branch, "index", &e.branch.index.into());
+    set(&branch, "count", &e.branch.count.into());
+    set(&o, "branch", &branch);
     o
 }

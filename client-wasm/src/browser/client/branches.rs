@@ -1,0 +1,129 @@
+//! Branches (contract v1.2): edits go through the outbox as messages with a `parent_id`;
+//! regenerations and switches wait in this tab's queue of branch actions, posted once in order
+//! with the outbox (so offline they are applied when the server is reachable again); a move of
+//! the active leaf to a branch not read makes the tab read the active branch's history.
+
+use std::rc::Rc;
+
+use wasm_bindgen_futures::spawn_local;
+
+use super::{warn, Client};
+use crate::browser::env;
+use crate::browser::http::HttpError;
+use crate::retry::{classify_post, PostOutcome};
+use crate::tabs::TabMessage;
+
+/// A change of branch waiting to be posted.
+#[derive(Clone)]
+pub(crate) enum BranchAction {
+    /// `POST /api/messages/{message}/regenerate`.
+    Regenerate(String),
+    /// `POST /api/sessions/{session}/active`.
+    Switch(String),
+}
+
+impl Client {
+    /// A new version of user entry `key`; resolves with its client_message_id once stored.
+    pub(crate) async fn edit(self: &Rc<Self>, key: &str, content: String) -> Option<String> {
+        let client_message_id = env::new_client_message_id();
+        let created_at = env::now_ms();
+        let mut parent = None;
+        let shown = self.update(|c| {
+            let r = c.edit_local(key, &client_message_id, &content, created_at);
+            parent = c.next_to_post(|id| id == client_message_id);
+            r.unwrap_or(false)
+        });
+        let edit = parent?.parent_id;
+        if !shown {
+            return None;
+        }
+        self.own.borrow_mut().add(client_message_id.clone());
+        self.broadcast(&TabMessage::Optimistic {
+            session_id: self.endpoint.session_id.clone(),
+            client_message_id: client_message_id.clone(),
+            content,
+            attachments: Vec::new(),
+            created_at,
+            on_busy: None,
+            edit,
+        });
+        self.save_now().await;
+        self.kick_outbox();
+        Some(client_message_id)
+    }
+
+    /// The user message a regeneration of entry `key` answers again.
+    pub(crate) fn regenerate_target(&self, key: &str) -> Option<String> {
+        self.conv.borrow().regenerate_target(key)
+    }
+
+    /// The message id of version `index` of entry `key`.
+    pub(crate) fn sibling_id(&self, key: &str, index: usize) -> Option<String> {
+        self.conv.borrow().sibling_id(key, index)
+    }
+
+    /// Queues a branch action; false when `action` names nothing.
+    pub(crate) fn queue_branch(self: &Rc<Self>, action: Option<BranchAction>) -> bool {
+        let Some(action) = action else {
+            return false;
+        };
+        self.branch_actions.borrow_mut().push(action);
+        self.kick_outbox();
+        true
+    }
+
+    /// Posts the oldest branch action. `None`: done with it (taken, or refused for good);
+    /// `Some(after)`: try again later (`after` ms when the server said).
+    pub(super) async fn post_branch_action(self: &Rc<Self>) -> Option<Option<u32>> {
+        let action = self.branch_actions.borrow().first().cloned()?;
+        // (None above: nothing queued, which the outbox checks first.)
+        let result = match &action {
+            BranchAction::Regenerate(message_id) => {
+                self.endpoint.regenerate(message_id).await.map(|r| {
+                    self.update(|c| c.apply_regenerate(&r));
+                })
+            }
+            BranchAction::Switch(leaf_id) => self.endpoint.switch_branch(leaf_id).await,
+        };
+        let retry = match result {
+            Ok(()) => None,
+            Err(HttpError::Status {
+                status,
+                error,
+                retry_after,
+                ..
+            }) => match classify_post(status) {
+                PostOutcome::Rejected | PostOutcome::Conflict => {
+                    warn("a change of branch was refused", &error.message);
+                    None
+                }
+                PostOutcome::Accepted | PostOutcome::Retry => {
+                    Some(retry_after.map(|s| s.saturating_mul(1000)))
+                }
+            },
+            Err(_) => Some(None),
+        };
+        if retry.is_none() {
+            self.branch_actions.borrow_mut().remove(0);
+        }
+        retry
+    }
+
+    /// Reads the active branch's history after the stream moved the leaf to one not read.
+    pub(super) fn reread_branch(self: &Rc<Self>) {
+        if !self.conv.borrow_mut().take_branch_unread() {
+            return;
+        }
+        let me = self.clone();
+        spawn_local(async move {
+            match me.endpoint.history(me.history_limit, None).await {
+                Ok((history, _)) => {
+                    me.update(|c| c.apply_history(&history));
+                }
+                Err(e) => {
+                    warn("could not read the branch", &e.message());
+                }
+            }
+        });
+    }
+}
