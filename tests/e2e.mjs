@@ -198,6 +198,29 @@ scenario("the agent asks: an approval card in two tabs, answered in one; a quest
   return b;
 });
 
+scenario("versions on the demo page: regenerate a reply, switch back with ‹ ›, edit a message", ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
+  const page = await openPage(context, server, session);
+  const reply = "[data-testid=message][data-role=assistant]";
+  const question = "[data-testid=message][data-role=user]";
+  await send(page, "/context");
+  await until("the first reply", async () => assistants(await view(page))[0]?.status === "complete");
+  await page.click(`${reply} [data-testid=regenerate]`);
+  await until("the new reply, version 2 of 2", async () =>
+    (await page.textContent(`${reply} [data-testid=branch]`)) === "2/2" && assistants(await view(page))[0]?.status === "complete");
+  await page.click(`${reply} [data-testid=branch-prev]`);
+  await until("version 1 of 2 after the switch", async () => (await page.textContent(`${reply} [data-testid=branch]`)) === "1/2");
+  await page.click(`${question} [data-testid=edit]`);
+  await page.fill("[data-testid=edit-input]", "/echo edited");
+  await page.press("[data-testid=edit-input]", "Enter");
+  await until("the edited message's reply", async () => {
+    const v = await view(page);
+    return users(v)[0]?.text === "/echo edited" && assistants(v)[0]?.text === "edited";
+  });
+  assertEq(await page.textContent(`${question} [data-testid=branch]`), "2/2", "the edit is version 2 of 2");
+  await assertMatchesHistory(page, server, session);
+  return page;
+});
+
 scenario("a cursor older than retention: the page resyncs and shows the right history", ["--demo-delay-ms", "5", "--retention-secs", "1", "--cleanup-interval-secs", "1"], async ({ context, server, session }) => {
   const page = await openPage(context, server, session);
   await send(page, "/echo before going away");

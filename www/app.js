@@ -70,10 +70,87 @@ function bubble(entry) {
   } else {
     b.append(el("div", "text"), el("div", "meta"));
   }
+  b.append(versionBar(b));
   return b;
 }
 
+// ----- versions: edit a message, regenerate a reply, switch between them -----
+
+function button(cls, text, testid, onClick) {
+  const e = el("button", cls, text);
+  e.type = "button";
+  e.dataset.testid = testid;
+  e.addEventListener("click", onClick);
+  return e;
+}
+
+/** `‹ i/n ›` when an entry has other versions, and Edit (user) or Regenerate (reply). */
+function versionBar(b) {
+  const bar = el("div", "versions");
+  const key = () => b.dataset.key;
+  const index = () => Number(b.dataset.branchIndex || 0);
+  const prev = button("branch-prev", "‹", "branch-prev", () => switchTo(key(), index() - 1));
+  const next = button("branch-next", "›", "branch-next", () => switchTo(key(), index() + 1));
+  const where = el("span", "branch", "");
+  where.dataset.testid = "branch";
+  const edit = button("edit", "Edit", "edit", () => startEdit(b));
+  const again = button("regenerate", "Regenerate", "regenerate", () => {
+    try {
+      chat.regenerate(key()); // queued in this tab, posted once (throws for an unknown key)
+    } catch (e) {
+      console.warn("regenerate failed", e);
+    }
+  });
+  bar.append(prev, where, next, edit, again);
+  return bar;
+}
+
+function switchTo(key, index) {
+  try {
+    chat.switchBranch(key, index);
+  } catch (e) {
+    console.warn("switch failed", e);
+  }
+}
+
+function startEdit(b) {
+  const text = b.querySelector(".text");
+  const form = el("form", "edit-form");
+  const box = el("textarea");
+  box.value = text.textContent;
+  box.dataset.testid = "edit-input";
+  form.append(box, el("button", "", "Save"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const value = box.value.trim();
+    form.remove();
+    if (value) chat.edit(b.dataset.key, value).catch((e) => console.warn("edit failed", e));
+  });
+  box.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape") form.remove();
+    if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); form.requestSubmit(); }
+  });
+  b.querySelector(".versions").before(form);
+  box.focus();
+}
+
+function updateVersions(b, entry) {
+  const bar = b.querySelector(".versions");
+  const { index, count } = entry.branch || { index: 0, count: 1 };
+  b.dataset.branchIndex = String(index);
+  const several = count > 1;
+  bar.querySelector(".branch").textContent = several ? `${index + 1}/${count}` : "";
+  bar.querySelector(".branch-prev").hidden = !several;
+  bar.querySelector(".branch-next").hidden = !several;
+  bar.querySelector(".branch-prev").disabled = index === 0;
+  bar.querySelector(".branch-next").disabled = index === count - 1;
+  const ended = ["complete", "cancelled", "failed", "interrupted"].includes(entry.status);
+  bar.querySelector(".edit").hidden = !(entry.role === "user" && entry.messageId);
+  bar.querySelector(".regenerate").hidden = !(entry.role === "assistant" && ended);
+}
+
 function update(b, entry) {
+  updateVersions(b, entry);
   b.dataset.role = entry.role;
   b.dataset.status = entry.status;
   b.dataset.turnId = entry.turnId || "";

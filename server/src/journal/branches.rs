@@ -98,19 +98,21 @@ pub(super) fn context(
     user_message: &str,
     limit: usize,
 ) -> Result<Vec<Message>> {
-    let parent = conn
-        .query_row(
-            "SELECT parent_id FROM messages WHERE message_id = ?1",
-            params![user_message],
-        )?
-        .map(|r| r.opt_text(0))
-        .transpose()?
-        .flatten();
+    // One read: where the message hangs, and whether its session ever branched.
+    let Some(row) = conn.query_row(
+        "SELECT m.parent_id, m.session_id,
+                (SELECT COUNT(*) FROM leaves l WHERE l.session_id = m.session_id)
+         FROM messages m WHERE m.message_id = ?1",
+        params![user_message],
+    )?
+    else {
+        return Ok(Vec::new());
+    };
+    let (parent, session, branched) = (row.opt_text(0)?, row.text(1)?, row.int(2)? > 0);
     let Some(parent) = parent else {
         return Ok(Vec::new());
     };
-    let session = session_of(conn, user_message)?.unwrap_or_default();
-    if !branched(conn, &session)? {
+    if !branched {
         let mut before = in_order(conn, epoch, &session, Some(user_message), limit)?;
         before.truncate(limit);
         before.reverse();

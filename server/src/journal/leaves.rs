@@ -67,28 +67,32 @@ pub(super) fn newest_leaf(conn: &dyn Sql, session: &str, from: &str) -> Result<S
     Ok(at)
 }
 
-/// The session's active leaf: the one recorded, or (a session from before branches) the
-/// newest leaf below its last message; `None` for a session without messages.
+/// The session's active leaf, and whether it is recorded (a session that branched records its
+/// leaf; one that never did has its last turn's reply as its leaf, so its messages cost no write
+/// for it); `None` for a session without turns.
 pub(super) fn active_leaf(conn: &dyn Sql, session: &str) -> Result<Option<String>> {
-    // One round trip either way: the recorded leaf, or the session's last message.
+    Ok(leaf_and_record(conn, session)?.0)
+}
+
+/// [`active_leaf`], and whether the session records it (it branched).
+pub(super) fn leaf_and_record(conn: &dyn Sql, session: &str) -> Result<(Option<String>, bool)> {
     let Some(row) = conn.query_row(
         "SELECT (SELECT leaf_id FROM leaves WHERE session_id = ?1),
-                (SELECT message_id FROM messages WHERE session_id = ?1
-                 ORDER BY position DESC LIMIT 1)",
+                (SELECT reply_id FROM turns WHERE session_id = ?1
+                 ORDER BY queued_seq DESC LIMIT 1)",
         params![session],
     )?
     else {
-        return Ok(None);
+        return Ok((None, false));
     };
-    match (row.opt_text(0)?, row.opt_text(1)?) {
-        (Some(leaf), _) => Ok(Some(leaf)),
-        (None, Some(last)) => Ok(Some(newest_leaf(conn, session, &last)?)),
-        (None, None) => Ok(None),
-    }
+    Ok(match (row.opt_text(0)?, row.opt_text(1)?) {
+        (Some(leaf), _) => (Some(leaf), true),
+        (None, last) => (last, false),
+    })
 }
 
-/// Records `leaf` as the session's active leaf; `branched`: by an edit, a regeneration or a
-/// switch (the session reads along its tree from then on).
+/// Records `leaf` as the session's active leaf (once it branched: an edit, a regeneration or a
+/// switch; the session reads along its tree from then on).
 pub(super) fn set_leaf(conn: &dyn Sql, session: &str, leaf: &str, branched: bool) -> Result<()> {
     conn.execute(
         "INSERT INTO leaves(session_id, leaf_id, branched) VALUES (?1, ?2, ?3)

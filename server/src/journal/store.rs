@@ -293,7 +293,7 @@ impl Journal {
                 }
             }
             admit(ctx.conn, &session_id, admission)?;
-            let active = super::leaves::active_leaf(ctx.conn, &session_id)?;
+            let (active, recorded) = super::leaves::leaf_and_record(ctx.conn, &session_id)?;
             let parent = match &parent {
                 None => active.clone(),
                 Some(None) => None,
@@ -343,8 +343,11 @@ impl Journal {
                  VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
                 params![&turn_id, &session_id, &message_id, now, queued_seq, &reply_id],
             )?;
-            // Following anything but the active leaf is an edit: the session branches.
-            super::leaves::set_leaf(ctx.conn, &session_id, &reply_id, parent != active)?;
+            // Following anything but the active leaf is an edit: the session branches, and from
+            // then on records its leaf. A session that never branched writes nothing for it.
+            if recorded || parent != active {
+                super::leaves::set_leaf(ctx.conn, &session_id, &reply_id, true)?;
+            }
             Ok(Accepted {
                 response: PostMessageResponse {
                     message_id,

@@ -137,8 +137,9 @@ UPDATE messages SET parent_id = (SELECT t.reply_id FROM turns t
 WHERE role = 'user' AND parent_id IN (SELECT u.message_id FROM messages u WHERE u.role = 'user');
 CREATE INDEX turns_by_reply ON turns(reply_id);
 CREATE INDEX turns_by_user_message ON turns(user_message_id, queued_seq);
--- `branched`: an edit, a regeneration or a switch happened; until then history reads in
--- conversation order, as before branches.
+CREATE INDEX turns_by_session ON turns(session_id, queued_seq);
+-- A session's leaf once it branched (an edit, a regeneration or a switch): until then its leaf
+-- is its last turn's reply and history reads in conversation order, as before branches.
 CREATE TABLE leaves (
     session_id TEXT PRIMARY KEY,
     leaf_id    TEXT NOT NULL,
