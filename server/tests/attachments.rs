@@ -14,16 +14,8 @@ use turnstream_protocol::{Attachment, EventBody, TurnState};
 
 /// Posts `body` as a message of `session`; the status and the JSON answer.
 async fn post(s: &Api, session: &str, body: Value) -> TestResult<(u16, Value)> {
-    let res = s
-        .http
-        .post(format!("{}/api/sessions/{session}/messages", s.url))
-        .json(&body)
-        .send()
-        .await?;
-    Ok((
-        res.status().as_u16(),
-        res.json().await.unwrap_or(Value::Null),
-    ))
+    s.post_json(&format!("/api/sessions/{session}/messages"), &body)
+        .await
 }
 
 fn files() -> Value {

@@ -10,16 +10,7 @@ use support::*;
 use turnstream_protocol::{EventBody, HistoryResponse, Message, MessageStatus, Role, TurnState};
 
 async fn post_json(api: &Api, path: &str, body: Value) -> TestResult<(u16, Value)> {
-    let res = api
-        .http
-        .post(format!("{}{path}", api.url))
-        .json(&body)
-        .send()
-        .await?;
-    Ok((
-        res.status().as_u16(),
-        res.json().await.unwrap_or(Value::Null),
-    ))
+    api.post_json(path, &body).await
 }
 
 /// Posts `content` after `parent` (`Value::Null`: as a first message) and waits for its reply.

@@ -10,29 +10,13 @@ use support::*;
 use turnstream_protocol::{EventBody, RequestKind, TurnInfo, TurnState};
 
 async fn answer(api: &Api, turn: &str, body: Value) -> TestResult<(u16, Value)> {
-    let res = api
-        .http
-        .post(format!("{}/api/turns/{turn}/input", api.url))
-        .json(&body)
-        .send()
-        .await?;
-    Ok((
-        res.status().as_u16(),
-        res.json().await.unwrap_or(Value::Null),
-    ))
+    api.post_json(&format!("/api/turns/{turn}/input"), &body)
+        .await
 }
 
 async fn post_with(api: &Api, session: &str, body: Value) -> TestResult<(u16, Value)> {
-    let res = api
-        .http
-        .post(format!("{}/api/sessions/{session}/messages", api.url))
-        .json(&body)
-        .send()
-        .await?;
-    Ok((
-        res.status().as_u16(),
-        res.json().await.unwrap_or(Value::Null),
-    ))
+    api.post_json(&format!("/api/sessions/{session}/messages"), &body)
+        .await
 }
 
 /// Waits until the turn waits for input with one request open, and returns it.

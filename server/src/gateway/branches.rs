@@ -11,7 +11,7 @@ use serde::Deserialize;
 use turnstream_protocol::limits::is_valid_id;
 use turnstream_protocol::{OnBusy, SwitchBranchRequest};
 
-use super::{access, id_param, quota, AppError, AppState, Peer};
+use super::{access, admit_turn_write, id_param, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope};
 use crate::journal::Admission;
 
@@ -34,15 +34,10 @@ pub(super) async fn regenerate(
         return Err(crate::error::Error::NotFound { what: "message" }.into());
     };
     access::require(&principal, Scope::Write, &session)?;
-    if state.turns.is_stopping() {
-        return Err(crate::error::Error::ShuttingDown.into());
-    }
-    let client = access::client_key(&principal, peer.as_ref().map(|Extension(c)| c));
-    if let Some(client) = &client {
-        if let Err(wait) = state.rate.take(client, std::time::Instant::now()) {
-            return Ok(quota::rate_limited(wait));
-        }
-    }
+    let client = match admit_turn_write(&state, &principal, &peer) {
+        Ok(client) => client,
+        Err(refused) => return Ok(*refused),
+    };
     let on_busy = body.and_then(|Json(b)| b.on_busy).unwrap_or_default();
     let (answer, session) = state
         .journal

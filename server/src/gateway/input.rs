@@ -9,7 +9,7 @@ use axum::{Extension, Json};
 use turnstream_protocol::limits::is_valid_id;
 use turnstream_protocol::{ErrorDetail, InputAnswerRequest, InputAnswerResponse};
 
-use super::{access, id_param, quota, AppError, AppState, Peer};
+use super::{access, admit_turn_write, id_param, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope};
 use crate::journal::{Given, InputRefusal};
 
@@ -35,14 +35,8 @@ pub(super) async fn give_input(
             "request_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
         ));
     }
-    if state.turns.is_stopping() {
-        return Err(crate::error::Error::ShuttingDown.into());
-    }
-    let client = access::client_key(&principal, peer.as_ref().map(|Extension(c)| c));
-    if let Some(client) = &client {
-        if let Err(wait) = state.rate.take(client, std::time::Instant::now()) {
-            return Ok(quota::rate_limited(wait));
-        }
+    if let Err(refused) = admit_turn_write(&state, &principal, &peer) {
+        return Ok(*refused);
     }
     let by = match &principal {
         Principal::User(grant) => Some(grant.sub.clone()),

@@ -10,7 +10,7 @@ use turnstream_protocol::attachment::{check_attachments, AttachmentError};
 use turnstream_protocol::limits::{is_valid_id, MAX_CONTENT_BYTES};
 use turnstream_protocol::{OnBusy, PostMessageRequest};
 
-use super::{access, id_param, quota, AppError, AppState, Peer};
+use super::{access, admit_turn_write, id_param, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope, MAX_SUB_BYTES};
 use crate::journal::{Admission, NewMessage};
 
@@ -67,15 +67,10 @@ pub(super) async fn post_message(
             ));
         }
     }
-    if state.turns.is_stopping() {
-        return Err(crate::error::Error::ShuttingDown.into());
-    }
-    let client = access::client_key(&principal, peer.as_ref().map(|Extension(c)| c));
-    if let Some(client) = &client {
-        if let Err(wait) = state.rate.take(client, std::time::Instant::now()) {
-            return Ok(quota::rate_limited(wait));
-        }
-    }
+    let client = match admit_turn_write(&state, &principal, &peer) {
+        Ok(client) => client,
+        Err(refused) => return Ok(*refused),
+    };
     let on_busy = req.on_busy.unwrap_or_default();
     let accepted = state
         .journal

@@ -68,6 +68,29 @@ pub struct AppState {
 /// The peer's address, when the server knows it (it always does over TCP).
 type Peer = Option<Extension<ConnectInfo<std::net::SocketAddr>>>;
 
+/// What every write that starts or continues a turn checks first (a message, an answer, a
+/// regeneration): the server is not shutting down, and the client (a token's user, or the peer's
+/// address) has a message left this minute. `Ok` holds the client's key (`None` when it has
+/// none), `Err` the answer to give instead.
+fn admit_turn_write(
+    state: &AppState,
+    principal: &Principal,
+    peer: &Peer,
+) -> Result<Option<String>, Box<Response>> {
+    if state.turns.is_stopping() {
+        return Err(Box::new(
+            AppError::from(crate::error::Error::ShuttingDown).into_response(),
+        ));
+    }
+    let client = access::client_key(principal, peer.as_ref().map(|Extension(c)| c));
+    if let Some(client) = &client {
+        if let Err(wait) = state.rate.take(client, std::time::Instant::now()) {
+            return Err(Box::new(quota::rate_limited(wait)));
+        }
+    }
+    Ok(client)
+}
+
 /// The router: the API under `/api`, health and metrics, and (if given) static files at `/`.
 pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[String]) -> Router {
     let api = Router::new()

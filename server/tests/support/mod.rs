@@ -338,6 +338,20 @@ impl Api {
         Ok((res.status().as_u16(), res.json().await?))
     }
 
+    /// POSTs `body` as JSON to `path`: the status and the JSON answer (`null` when none).
+    pub async fn post_json(&self, path: &str, body: &Value) -> TestResult<(u16, Value)> {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .await?;
+        Ok((
+            res.status().as_u16(),
+            res.json().await.unwrap_or(Value::Null),
+        ))
+    }
+
     /// Posts a message that must be accepted.
     pub async fn send(&self, session: &str, content: &str) -> TestResult<PostMessageResponse> {
         let (status, body) = self.post(session, content, None).await?;
