@@ -779,3 +779,36 @@ async fn a_worker_waits_for_input_and_another_continues_the_turn() -> TestResult
     );
     Ok(())
 }
+
+/// A request id used twice in one turn, or one request too many, is refused with 400 and the
+/// whole batch appends nothing (v1.2).
+#[tokio::test]
+async fn a_repeated_request_id_or_one_request_too_many_is_refused() -> TestResult {
+    let s = worker_server(&[])?;
+    s.send("wr", "ask twice").await?;
+    let (turn, lease) = claim_one(&s, "w-dup").await?;
+    let ask = |id: &str| json!({"type": "input_requested", "request_id": id, "kind": "question", "prompt": "?"});
+    let dup = json!({"lease": lease, "seq": 0, "events": [ask("q1"), ask("q1")]});
+    let (status, body) = call(&s, &format!("/turns/{turn}/events"), dup).await?;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    let many: Vec<Value> = (0..=turnstream_protocol::input::MAX_REQUESTS_PER_TURN)
+        .map(|i| ask(&format!("q{i}")))
+        .collect();
+    let too_many = json!({"lease": lease, "seq": 0, "events": many});
+    let (status, body) = call(&s, &format!("/turns/{turn}/events"), too_many).await?;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{body}"
+    );
+    // Neither batch was accepted: seq 0 is still the next one, and the turn asked nothing.
+    let ok = json!({"lease": lease, "seq": 0, "events": [ask("q1")]});
+    let (status, body) = call(&s, &format!("/turns/{turn}/events"), ok).await?;
+    assert_eq!((status, &body["acked_seq"]), (200, &json!(0)), "{body}");
+    assert_eq!(s.turn(&turn).await?.requests.len(), 1);
+    Ok(())
+}

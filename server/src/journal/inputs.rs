@@ -72,26 +72,21 @@ pub(super) fn open_request(
     timeout_ms: i64,
 ) -> Result<i64> {
     request.check().map_err(Error::InvalidRequest)?;
-    let opened = ctx
-        .conn
-        .query_int(
-            "SELECT COUNT(*) FROM input_requests WHERE turn_id = ?1",
-            params![turn_id],
-        )?
-        .unwrap_or(0);
+    // One read of the turn's requests: how many, and whether this id is among them.
+    let (opened, taken) = match ctx.conn.query_row(
+        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN request_id = ?2 THEN 1 ELSE 0 END), 0)
+         FROM input_requests WHERE turn_id = ?1",
+        params![turn_id, &request.request_id],
+    )? {
+        Some(row) => (row.int(0)?, row.int(1)?),
+        None => (0, 0),
+    };
     if opened as usize >= MAX_REQUESTS_PER_TURN {
         return Err(Error::InvalidRequest(format!(
             "a turn opens at most {MAX_REQUESTS_PER_TURN} requests"
         )));
     }
-    let exists = ctx
-        .conn
-        .query_int(
-            "SELECT COUNT(*) FROM input_requests WHERE turn_id = ?1 AND request_id = ?2",
-            params![turn_id, &request.request_id],
-        )?
-        .unwrap_or(0);
-    if exists > 0 {
+    if taken > 0 {
         return Err(Error::InvalidRequest(format!(
             "request_id {:?} is already used in this turn",
             request.request_id
