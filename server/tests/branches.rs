@@ -211,8 +211,27 @@ async fn unknown_messages_are_refused() -> TestResult {
         (status, &body["error"]["code"]),
         (404, &json!("message_not_found"))
     );
-    let (status, _) = s.get_json("/api/sessions/u1/history?leaf=a%20b").await?;
-    assert_eq!(status, 400);
+    let (status, body) = s.get_json("/api/sessions/u1/history?leaf=a%20b").await?;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_leaf"))
+    );
+    let (status, body) = post_json(
+        &s,
+        "/api/sessions/u1/messages",
+        json!({"content": "x", "parent_id": "a b"}),
+    )
+    .await?;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_parent_id"))
+    );
+    let (status, body) =
+        post_json(&s, "/api/sessions/u1/active", json!({"leaf_id": "a b"})).await?;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_leaf_id"))
+    );
     Ok(())
 }
 
