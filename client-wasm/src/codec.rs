@@ -311,6 +311,8 @@ fn active_turn<V: Value>(v: &V) -> Option<ActiveTurn> {
         tools: list(v, "tools", tool_call)?,
         text: string(v, "text")?,
         requests: list(v, "requests", turn_request)?,
+        reply_id: None,
+        parent_id: None,
     })
 }
 
@@ -356,6 +358,8 @@ pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
         // The SDK shows no token counts; the field is v1.1's and optional.
         usage: None,
         requests: list(v, "requests", turn_request)?,
+        reply_id: None,
+        parent_id: None,
     })
 }
 

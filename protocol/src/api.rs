@@ -253,6 +253,13 @@ pub struct TurnInfo {
     /// The agent's requests in this turn and their answers (v1.2); omitted when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<crate::TurnRequest>,
+    /// The id of the reply the turn writes (v1.2; the `message`'s id once it ended); omitted
+    /// when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_id: Option<String>,
+    /// The user message the turn answers (v1.2); omitted when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
 }
 
 /// Token counts of one turn, as an OpenAI-compatible server reports them.

@@ -429,6 +429,14 @@ pub struct ActiveTurn {
     /// The agent's requests of this turn and their answers (v1.2); omitted when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<TurnRequest>,
+    /// The id of the reply this turn writes (v1.2, as its `turn_queued` says): where it goes in
+    /// the conversation tree; omitted when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_id: Option<String>,
+    /// The user message this turn answers (v1.2, as its `turn_queued` says); omitted when
+    /// unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
 }
 
 impl ActiveTurn {
@@ -441,6 +449,8 @@ impl ActiveTurn {
             tools: Vec::new(),
             text: String::new(),
             requests: Vec::new(),
+            reply_id: None,
+            parent_id: None,
         }
     }
 
@@ -448,9 +458,19 @@ impl ActiveTurn {
     /// clients may use it to continue one, so both sides agree on what "so far" means.
     pub fn apply(&mut self, body: &EventBody) {
         match body {
-            EventBody::MessageReceived { .. }
-            | EventBody::TurnQueued { .. }
-            | EventBody::BranchChanged { .. } => {}
+            EventBody::MessageReceived { .. } | EventBody::BranchChanged { .. } => {}
+            EventBody::TurnQueued {
+                reply_id,
+                parent_id,
+            } => {
+                // A turn queued before v1.2 says neither: what is known stays.
+                if reply_id.is_some() {
+                    self.reply_id.clone_from(reply_id);
+                }
+                if parent_id.is_some() {
+                    self.parent_id.clone_from(parent_id);
+                }
+            }
             EventBody::TurnStarted {} => {
                 if !self.state.is_terminal() {
                     self.state = TurnState::Running;
@@ -719,5 +739,40 @@ mod tests {
         assert_eq!(t.tools[0].status, ToolStatus::Finished);
         assert_eq!(t.tools[0].input_preview.as_deref(), Some("in"));
         assert_eq!(t.tools[0].output_preview.as_deref(), Some("out"));
+    }
+
+    /// `turn_queued` says which reply the turn writes and which message it answers (v1.2); a
+    /// turn without them (queued before v1.2) serializes as before, field for field.
+    #[test]
+    fn active_turn_knows_its_reply_and_parent_from_turn_queued() {
+        let mut t = ActiveTurn::new("t", "s");
+        let v1 = serde_json::to_value(&t).unwrap_or_default();
+        assert_eq!(
+            v1,
+            json!({"turn_id": "t", "session_id": "s", "state": "queued", "thinking": "", "tools": [], "text": ""})
+        );
+        t.apply(&EventBody::TurnQueued {
+            reply_id: Some("msg_r".into()),
+            parent_id: Some("msg_u".into()),
+        });
+        t.apply(&EventBody::TurnStarted {});
+        assert_eq!(t.reply_id.as_deref(), Some("msg_r"));
+        assert_eq!(t.parent_id.as_deref(), Some("msg_u"));
+        let v = serde_json::to_value(&t).unwrap_or_default();
+        assert_eq!(v["reply_id"], "msg_r");
+        assert_eq!(v["parent_id"], "msg_u");
+        assert_eq!(
+            serde_json::from_value::<ActiveTurn>(v).ok(),
+            Some(t.clone())
+        );
+        // An old turn_queued (no ids) leaves what is known.
+        t.apply(&EventBody::TurnQueued {
+            reply_id: None,
+            parent_id: None,
+        });
+        assert_eq!(t.reply_id.as_deref(), Some("msg_r"));
+        // A v1.1 snapshot's turn (no ids) still parses.
+        let old: ActiveTurn = serde_json::from_value(v1).expect("parses");
+        assert_eq!(old.reply_id, None);
     }
 }

@@ -373,3 +373,101 @@ async fn a_v1_client_sees_the_active_branch_as_a_linear_history() -> TestResult 
     assert!(page.has_more);
     Ok(())
 }
+
+/// `POST /regenerate` with a body: the status and the answer.
+async fn regenerate_with(api: &Api, message: &str, body: Value) -> TestResult<(u16, Value)> {
+    post_json(api, &format!("/api/messages/{message}/regenerate"), body).await
+}
+
+#[tokio::test]
+async fn an_active_turn_says_which_reply_it_writes_and_what_it_answers() -> TestResult {
+    let mut s = TestServer::start(&[])?;
+    let mut stream = s.stream("session=p1&snapshot=1", None).await?;
+    assert!(stream.snapshot().await?.active_turns.is_empty());
+    let sent = s.send("p1", "/approve ship").await?;
+    let waiting = wait_for(|| async {
+        let t = s.turn(&sent.turn_id).await?;
+        Ok((t.state == TurnState::Waiting).then_some(t))
+    })
+    .await?;
+    let u1 = sent.message_id.clone();
+    assert_eq!(waiting.parent_id.as_deref(), Some(u1.as_str()));
+    let first_reply = waiting
+        .reply_id
+        .clone()
+        .ok_or("a waiting turn's reply_id")?;
+    let request = waiting.requests[0].request_id.clone();
+    let (status, _) = post_json(
+        &s,
+        &format!("/api/turns/{}/input", sent.turn_id),
+        json!({"request_id": request, "approved": true}),
+    )
+    .await?;
+    assert_eq!(status, 200);
+    let done = s.wait_turn_end(&sent.turn_id).await?;
+    let message = done.message.as_ref().ok_or("message")?;
+    assert_eq!(done.reply_id.as_deref(), Some(message.message_id.as_str()));
+    assert_eq!(message.message_id, first_reply);
+    assert_eq!(done.parent_id.as_deref(), Some(u1.as_str()));
+
+    // A regeneration that waits too: running (waiting), it says where its reply goes.
+    let (status, body) =
+        regenerate_with(&s, &first_reply, json!({"client_request_id": "r1"})).await?;
+    assert_eq!(status, 202, "{body}");
+    let regen = body["turn_id"].as_str().ok_or("turn_id")?.to_string();
+    let info = wait_for(|| async {
+        let t = s.turn(&regen).await?;
+        Ok((t.state == TurnState::Waiting).then_some(t))
+    })
+    .await?;
+    let reply = info.reply_id.clone().ok_or("the regeneration's reply_id")?;
+    assert_ne!(reply, first_reply);
+    assert_eq!(info.parent_id.as_deref(), Some(u1.as_str()));
+    assert_eq!(
+        branch(&s, "p1", None).await?.leaf_id.as_deref(),
+        Some(reply.as_str())
+    );
+    let check = |turns: &[turnstream_protocol::ActiveTurn]| -> TestResult {
+        let t = turns
+            .iter()
+            .find(|t| t.turn_id == regen)
+            .ok_or("the regeneration is active")?;
+        assert_eq!(t.reply_id.as_deref(), Some(reply.as_str()));
+        assert_eq!(t.parent_id.as_deref(), Some(u1.as_str()));
+        Ok(())
+    };
+    let mut live = s.stream("session=p1&snapshot=1", None).await?;
+    check(&live.snapshot().await?.active_turns)?;
+    // A client folding the stream's events agrees: `turn_queued` said the same.
+    let queued = loop {
+        let e = stream.next_event().await?;
+        if e.turn_id.as_deref() == Some(regen.as_str()) && e.body.kind() == "turn_queued" {
+            break e;
+        }
+    };
+    let mut folded = turnstream_protocol::ActiveTurn::new(&regen, "p1");
+    folded.apply(&queued.body);
+    check(std::slice::from_ref(&folded))?;
+    drop(live);
+    drop(stream);
+
+    // After a restart (every node), from the journal alone.
+    s.restart(None)?;
+    let mut live = s.stream("session=p1&snapshot=1", None).await?;
+    check(&live.snapshot().await?.active_turns)?;
+    let info = s.turn(&regen).await?;
+    assert_eq!(info.reply_id.as_deref(), Some(reply.as_str()));
+    // Answered, it continues, and its reply has the id it said.
+    let request = info.requests[0].request_id.clone();
+    let (status, _) = post_json(
+        &s,
+        &format!("/api/turns/{regen}/input"),
+        json!({"request_id": request, "approved": false}),
+    )
+    .await?;
+    assert_eq!(status, 200);
+    let done = s.wait_turn_end(&regen).await?;
+    assert_eq!(done.message.map(|m| m.message_id), Some(reply.clone()));
+    assert_eq!(done.reply_id, Some(reply));
+    Ok(())
+}

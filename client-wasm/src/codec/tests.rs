@@ -117,6 +117,8 @@ fn info(with_message: bool) -> TurnInfo {
         error: Some("boom".into()),
         usage: None,
         requests: Vec::new(),
+        reply_id: None,
+        parent_id: None,
     }
 }
 

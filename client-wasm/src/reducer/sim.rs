@@ -629,6 +629,8 @@ impl SimSession {
                         .as_ref()
                         .map(|m| m.requests.clone())
                         .unwrap_or_default(),
+                    reply_id: None,
+                    parent_id: None,
                 });
             }
         }

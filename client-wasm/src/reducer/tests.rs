@@ -113,6 +113,8 @@ fn info(n: u32, state: TurnState, text: &str, message: Option<Message>) -> TurnI
         error: None,
         usage: None,
         requests: Vec::new(),
+        reply_id: None,
+        parent_id: None,
     }
 }
 
@@ -1017,6 +1019,8 @@ fn requests_come_from_snapshots_turn_statuses_and_the_cache() {
         error: None,
         usage: None,
         requests: vec![],
+        reply_id: None,
+        parent_id: None,
     };
     let mut r = turnstream_protocol::TurnRequest::open(&sim::request(1, 0));
     r.answer = Some(sim::answer(1, 0, true));

@@ -234,6 +234,10 @@ pub(super) fn turn_by_id(conn: &dyn Sql, turn_id: &str) -> Result<Option<TurnRow
 /// Folds a turn's journaled events up to `upto` (inclusive) into its progress.
 pub(super) fn fold_turn(conn: &dyn Sql, turn: &TurnRow, upto: i64) -> Result<ActiveTurn> {
     let mut progress = ActiveTurn::new(&turn.turn_id, &turn.session_id);
+    // Where the turn writes, from the projection: its `turn_queued` (left out of the fold) says
+    // the same, and a turn queued before v1.2 has the reply id its migration gave it.
+    progress.reply_id.clone_from(&turn.reply_id);
+    progress.parent_id = Some(turn.user_message_id.clone());
     conn.for_each_event(
         "SELECT id, session_id, turn_id, ts, kind, data FROM events WHERE turn_id = ?1 AND id <= ?2
          AND kind IN ('turn_started', 'thinking', 'tool', 'response_delta', 'input_requested', 'input_given')
@@ -532,6 +536,8 @@ impl Journal {
                 error: turn.error,
                 usage,
                 requests: progress.requests,
+                reply_id: progress.reply_id,
+                parent_id: progress.parent_id,
             }))
         })
         .await
