@@ -165,8 +165,23 @@ fn present_or_null<'de, D: serde::Deserializer<'de>>(
     Option::<String>::deserialize(d).map(Some)
 }
 
+/// Body of `POST /api/messages/{message}/regenerate` (v1.2), optional (`{}` or none).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegenerateRequest {
+    /// What to do while a turn of the session is in flight (default `enqueue`), as for messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_busy: Option<crate::OnBusy>,
+    /// Makes the request idempotent within the session (1 to 128 characters of
+    /// `[A-Za-z0-9_.:-]`, as `client_message_id`): a retry with the same id for the same user
+    /// message answers `200` with the first answer and starts nothing; for another message of
+    /// the session, `409 client_request_id_conflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+}
+
 /// Answer of `POST /api/messages/{message}/regenerate` (v1.2), 202: the new turn for the same
-/// user message.
+/// user message (200, the same answer again, for a retry with the same `client_request_id`).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegenerateResponse {

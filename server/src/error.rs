@@ -30,6 +30,8 @@ pub enum Error {
     NotFound { what: &'static str },
     #[error("client_message_id {0:?} was already used with different content or attachments")]
     ClientMessageConflict(String),
+    #[error("client_request_id {0:?} was already used for another message of the session")]
+    ClientRequestConflict(String),
     #[error("session has {0} active turns, the most allowed; wait for one to end")]
     TooManyActiveTurns(usize),
     #[error("invalid request for input: {0}")]

@@ -379,6 +379,165 @@ async fn regenerate_with(api: &Api, message: &str, body: Value) -> TestResult<(u
     post_json(api, &format!("/api/messages/{message}/regenerate"), body).await
 }
 
+/// The journal's head as history reports it: it moves with every event journaled.
+async fn head(api: &Api, session: &str) -> TestResult<String> {
+    Ok(api.history(session).await?.1)
+}
+
+fn code(body: &Value) -> &Value {
+    &body["error"]["code"]
+}
+
+#[tokio::test]
+async fn a_retried_regeneration_answers_the_first_turn_and_starts_nothing() -> TestResult {
+    let s = TestServer::start(&[])?;
+    ask(&s, "i1", "/echo a").await?;
+    let h = branch(&s, "i1", None).await?;
+    let (u1, a1) = (
+        h.messages[0].message_id.clone(),
+        h.messages[1].message_id.clone(),
+    );
+    let (status, first) = regenerate_with(&s, &a1, json!({"client_request_id": "regen-1"})).await?;
+    assert_eq!(status, 202, "{first}");
+    let turn = first["turn_id"].as_str().ok_or("turn_id")?.to_string();
+    // A retry while the turn runs, then once it ended: the first answer, field for field.
+    let (status, again) = regenerate_with(&s, &a1, json!({"client_request_id": "regen-1"})).await?;
+    assert_eq!((status, &again), (200, &first));
+    assert_eq!(s.wait_turn_end(&turn).await?.state, TurnState::Completed);
+    let before = head(&s, "i1").await?;
+    let (status, again) = regenerate_with(&s, &a1, json!({"client_request_id": "regen-1"})).await?;
+    assert_eq!((status, &again), (200, &first));
+    // Naming the same user message (rather than its reply) is the same request.
+    let (status, again) = regenerate_with(&s, &u1, json!({"client_request_id": "regen-1"})).await?;
+    assert_eq!((status, &again), (200, &first));
+    assert_eq!(head(&s, "i1").await?, before, "a retry journals nothing");
+    let h = branch(&s, "i1", None).await?;
+    assert_eq!(contents(&h), ["/echo a", "a"]);
+    assert_eq!(place(&h.messages[1]), (1, 2), "exactly two versions");
+    assert_eq!(h.messages[1].turn_id.as_deref(), Some(turn.as_str()));
+
+    // The id on another message of the session: refused, in the stable shape.
+    ask(&s, "i1", "/echo b").await?;
+    let u2 = branch(&s, "i1", None).await?.messages[2].message_id.clone();
+    let before = head(&s, "i1").await?;
+    let (status, body) = regenerate_with(&s, &u2, json!({"client_request_id": "regen-1"})).await?;
+    assert_eq!(
+        (status, code(&body)),
+        (409, &json!("client_request_id_conflict"))
+    );
+    assert!(body["error"]["message"].is_string(), "{body}");
+    assert_eq!(head(&s, "i1").await?, before, "a conflict journals nothing");
+    // Another session's ids are its own.
+    ask(&s, "i2", "/echo c").await?;
+    let c1 = branch(&s, "i2", None).await?.messages[1].message_id.clone();
+    let (status, other) = regenerate_with(&s, &c1, json!({"client_request_id": "regen-1"})).await?;
+    assert_eq!(status, 202, "{other}");
+    assert_ne!(other["turn_id"], first["turn_id"]);
+    s.wait_turn_end(other["turn_id"].as_str().ok_or("turn_id")?)
+        .await?;
+
+    // Malformed ids and bodies.
+    let long = "r".repeat(129);
+    for bad in ["", "a b", "é", long.as_str()] {
+        let (status, body) = regenerate_with(&s, &a1, json!({"client_request_id": bad})).await?;
+        assert_eq!(
+            (status, code(&body)),
+            (400, &json!("invalid_client_request_id")),
+            "{bad:?}"
+        );
+    }
+    let (status, body) = regenerate_with(&s, &a1, json!({"client_request_id": 7})).await?;
+    assert_eq!((status, code(&body)), (422, &json!("invalid_body")));
+    let ok = "r".repeat(128);
+    let (status, body) = regenerate_with(&s, &a1, json!({"client_request_id": ok})).await?;
+    assert_eq!(status, 202, "{body}");
+    s.wait_turn_end(body["turn_id"].as_str().ok_or("turn_id")?)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn concurrent_retries_of_a_regeneration_make_one_turn() -> TestResult {
+    let s = TestServer::start(&[])?;
+    ask(&s, "c1", "/echo a").await?;
+    let a1 = branch(&s, "c1", None).await?.messages[1].message_id.clone();
+    // On several nodes, each request reaches another one.
+    let answers = futures::future::join_all((0..8).map(|_| {
+        regenerate_with(
+            &s,
+            &a1,
+            json!({"client_request_id": "same", "on_busy": "enqueue"}),
+        )
+    }))
+    .await
+    .into_iter()
+    .collect::<TestResult<Vec<_>>>()?;
+    let created = answers.iter().filter(|(status, _)| *status == 202).count();
+    assert_eq!(created, 1, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .all(|(status, _)| *status == 200 || *status == 202),
+        "{answers:?}"
+    );
+    let first = &answers[0].1;
+    assert!(answers.iter().all(|(_, body)| body == first), "{answers:?}");
+    s.wait_turn_end(first["turn_id"].as_str().ok_or("turn_id")?)
+        .await?;
+    let h = branch(&s, "c1", None).await?;
+    assert_eq!(place(&h.messages[1]), (1, 2), "one new version");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_regeneration_records_nothing_and_a_retry_runs_once_idle() -> TestResult {
+    let s = TestServer::start(&[])?;
+    ask(&s, "b1", "/echo a").await?;
+    let a1 = branch(&s, "b1", None).await?.messages[1].message_id.clone();
+    // A turn waiting for input keeps the session busy until it is cancelled.
+    let hold = s.send("b1", "/approve hold").await?;
+    let reject = json!({"client_request_id": "again", "on_busy": "reject"});
+    let (status, body) = regenerate_with(&s, &a1, reject.clone()).await?;
+    assert_eq!((status, code(&body)), (409, &json!("session_busy")));
+    assert_eq!(s.cancel(&hold.turn_id).await?.0, 200);
+    s.wait_turn_end(&hold.turn_id).await?;
+    let (status, first) = regenerate_with(&s, &a1, reject.clone()).await?;
+    assert_eq!(status, 202, "the refused attempt recorded nothing: {first}");
+    let regen = first["turn_id"].as_str().ok_or("turn_id")?.to_string();
+    assert_eq!(s.wait_turn_end(&regen).await?.state, TurnState::Completed);
+    // Busy again: a retry of the accepted request is still its answer (checked before busy).
+    let hold = s.send("b1", "/approve hold").await?;
+    let (status, again) = regenerate_with(&s, &a1, reject).await?;
+    assert_eq!((status, &again), (200, &first));
+
+    // `interrupt`: the first request ends the turn in flight; its retry interrupts nothing.
+    let now = json!({"client_request_id": "now", "on_busy": "interrupt"});
+    let (status, first) = regenerate_with(&s, &a1, now.clone()).await?;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(
+        s.wait_turn_end(&hold.turn_id).await?.state,
+        TurnState::Cancelled
+    );
+    let regen = first["turn_id"].as_str().ok_or("turn_id")?.to_string();
+    assert_eq!(s.wait_turn_end(&regen).await?.state, TurnState::Completed);
+    let hold = s.send("b1", "/approve keep").await?;
+    wait_for(|| async {
+        Ok((s.turn(&hold.turn_id).await?.state == TurnState::Waiting).then_some(()))
+    })
+    .await?;
+    let (status, again) = regenerate_with(&s, &a1, now).await?;
+    assert_eq!((status, &again), (200, &first));
+    assert_eq!(s.turn(&hold.turn_id).await?.state, TurnState::Waiting);
+    s.cancel(&hold.turn_id).await?;
+    let h = branch(&s, "b1", Some(&a1)).await?;
+    assert_eq!(
+        place(&h.messages[1]),
+        (0, 3),
+        "the original and two regenerations"
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_active_turn_says_which_reply_it_writes_and_what_it_answers() -> TestResult {
     let mut s = TestServer::start(&[])?;
@@ -469,5 +628,41 @@ async fn an_active_turn_says_which_reply_it_writes_and_what_it_answers() -> Test
     let done = s.wait_turn_end(&regen).await?;
     assert_eq!(done.message.map(|m| m.message_id), Some(reply.clone()));
     assert_eq!(done.reply_id, Some(reply));
+    Ok(())
+}
+
+/// A journal from before regeneration ids (SQLite's schema v7, PostgreSQL's v4) with turns in it
+/// migrates when a server of this version starts on it, and retries find their turn.
+#[tokio::test]
+async fn a_journal_from_before_regeneration_ids_migrates() -> TestResult {
+    let mut s = TestServer::start(&[])?;
+    ask(&s, "m1", "/echo a").await?;
+    s.kill9()?;
+    let undo =
+        "DROP INDEX turns_by_client_request; ALTER TABLE turns DROP COLUMN client_request_id;";
+    match s.database_url() {
+        Some(url) => {
+            pg::sql(
+                url,
+                &format!(
+                    "SET search_path TO turnstream; {undo}
+                     UPDATE meta SET value = '4' WHERE key = 'schema_version'"
+                ),
+            )?;
+        }
+        None => {
+            let c = rusqlite::Connection::open(s.db_path())?;
+            c.execute_batch(&format!("{undo} PRAGMA user_version = 7;"))?;
+        }
+    }
+    s.restart(None)?;
+    assert_eq!(s.get_json("/readyz").await?.0, 200);
+    let a1 = branch(&s, "m1", None).await?.messages[1].message_id.clone();
+    let (status, first) = regenerate_with(&s, &a1, json!({"client_request_id": "m"})).await?;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = regenerate_with(&s, &a1, json!({"client_request_id": "m"})).await?;
+    assert_eq!((status, &again), (200, &first));
+    s.wait_turn_end(first["turn_id"].as_str().ok_or("turn_id")?)
+        .await?;
     Ok(())
 }

@@ -7,48 +7,57 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Deserialize;
 use turnstream_protocol::limits::is_valid_id;
-use turnstream_protocol::{OnBusy, SwitchBranchRequest};
+use turnstream_protocol::{OnBusy, RegenerateRequest, SwitchBranchRequest};
 
 use super::{access, admit_turn_write, id_param, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope};
 use crate::journal::Admission;
 
-/// Body of a regeneration (optional): what to do while the session is busy.
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct RegenerateRequest {
-    #[serde(default)]
-    on_busy: Option<OnBusy>,
-}
-
+/// A regeneration: `202` and the new turn; `200` and the first answer for a retry with the
+/// same `client_request_id` (nothing new starts, nothing is journaled).
 pub(super) async fn regenerate(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     peer: Peer,
     message: Result<Path<String>, PathRejection>,
-    body: Option<Json<RegenerateRequest>>,
+    body: Result<Option<Json<RegenerateRequest>>, JsonRejection>,
 ) -> Result<Response, AppError> {
     let message = id_param(message, "invalid_message_id", "message")?;
     let Some(session) = state.journal.message_session(&message).await? else {
         return Err(crate::error::Error::NotFound { what: "message" }.into());
     };
     access::require(&principal, Scope::Write, &session)?;
+    // The body is optional; one that is sent is read as any other (and refused as any other).
+    let req = body?.map(|Json(b)| b).unwrap_or_default();
+    if let Some(crid) = &req.client_request_id {
+        if !is_valid_id(crid) {
+            return Err(AppError::bad_request(
+                "invalid_client_request_id",
+                "client_request_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
+            ));
+        }
+    }
     let client = match admit_turn_write(&state, &principal, &peer) {
         Ok(client) => client,
         Err(refused) => return Ok(*refused),
     };
-    let on_busy = body.and_then(|Json(b)| b.on_busy).unwrap_or_default();
-    let (answer, session) = state
+    let on_busy = req.on_busy.unwrap_or_default();
+    let regenerated = state
         .journal
         .regenerate(
             &message,
+            req.client_request_id,
             Admission {
                 max_active_turns: state.limits.max_active_turns,
                 reject_if_busy: on_busy == OnBusy::Reject,
             },
         )
         .await?;
+    if !regenerated.created {
+        return Ok((StatusCode::OK, Json(regenerated.response)).into_response());
+    }
+    let (answer, session) = (regenerated.response, regenerated.session_id);
     if let Some(client) = client {
         state.turns.note_client(&answer.turn_id, client);
     }

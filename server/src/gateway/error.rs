@@ -90,6 +90,11 @@ impl From<Error> for AppError {
                 "client_message_id_conflict",
                 e.to_string(),
             ),
+            Error::ClientRequestConflict(_) => AppError::new(
+                StatusCode::CONFLICT,
+                "client_request_id_conflict",
+                e.to_string(),
+            ),
             Error::TooManyActiveTurns(_) => AppError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_active_turns",

@@ -24,8 +24,8 @@ use turnstream_protocol::{
 };
 use turnstream_protocol::{
     InputAnswerRequest, InputAnswerResponse, InputGiven, InputRequest, OnBusy, RawJson,
-    RegenerateResponse, RequestKind, Siblings, SwitchBranchRequest, SwitchBranchResponse,
-    ToolRequest, TurnRequest,
+    RegenerateRequest, RegenerateResponse, RequestKind, Siblings, SwitchBranchRequest,
+    SwitchBranchResponse, ToolRequest, TurnRequest,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
@@ -364,27 +364,24 @@ struct InputConflictBody {
 )]
 fn give_input() {}
 
-/// Body of a regeneration (optional).
-#[derive(Serialize, ToSchema)]
-struct RegenerateRequest {
-    /// As for messages (v1.2); default `enqueue`.
-    on_busy: Option<OnBusy>,
-}
-
 #[utoipa::path(
     post,
     path = "/api/messages/{message}/regenerate",
     tag = "messages",
     summary = "A new reply to a user message (or to an assistant message's user message), kept beside the earlier ones as a branch (v1.2).",
     params(("message" = String, Path, description = "Message id.")),
-    request_body(content = Option<RegenerateRequest>, description = "Optional."),
+    request_body(content = Option<RegenerateRequest>, description = "Optional: `on_busy`, and a `client_request_id` that makes the request idempotent within the session."),
     responses(
+        (status = 200, description = "A retry: the session already has a regeneration of this user message with this `client_request_id`. The first answer again (same `turn_id`, `event_id`, `cursor`); nothing starts and nothing is journaled, whatever the turn's state now.", body = RegenerateResponse),
         (status = 202, description = "The new turn, queued like any turn; its reply is the session's active leaf.", body = RegenerateResponse),
-        (status = 400, description = "`invalid_message_id`, `invalid_json`, `invalid_path`.", body = ErrorBody),
+        (status = 400, description = "`invalid_message_id`, `invalid_client_request_id`, `invalid_json`, `invalid_path`.", body = ErrorBody),
         (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
         (status = 403, description = "`forbidden` (no `write` on the message's session), `forbidden_origin`.", body = ErrorBody),
         (status = 404, description = "`message_not_found`.", body = ErrorBody),
-        (status = 409, description = "`session_busy` (`on_busy: reject`).", body = ErrorBody),
+        (status = 409, description = "`client_request_id_conflict` (the id was used for another message of the session); `session_busy` (`on_busy: reject`).", body = ErrorBody),
+        (status = 413, description = "`body_too_large`.", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type` (a body that is not JSON).", body = ErrorBody),
+        (status = 422, description = "`invalid_body` (JSON of the wrong shape).", body = ErrorBody),
         (status = 429, description = "`too_many_active_turns`; `rate_limited` (with `Retry-After`).", body = ErrorBody),
         (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
         (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),

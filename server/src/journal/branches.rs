@@ -152,6 +152,15 @@ fn in_order(
     )
 }
 
+/// The answer to a regeneration.
+#[derive(Debug, Clone)]
+pub struct Regenerated {
+    pub response: RegenerateResponse,
+    pub session_id: String,
+    /// False when this was a retry of an earlier request (same `client_request_id`).
+    pub created: bool,
+}
+
 impl Journal {
     /// A page of the session's history along a branch, oldest first, and the journal position of
     /// exactly this snapshot: the active branch, or (`leaf`) the branch through that message
@@ -243,12 +252,18 @@ impl Journal {
 
     /// `POST /api/messages/{message}/regenerate`: a new turn for the user message (an
     /// assistant message's user message), queued like any turn; its reply-to-be becomes the
-    /// active leaf, a new sibling of the earlier replies. Returns the answer and the session.
+    /// active leaf, a new sibling of the earlier replies. With a `client_request_id` the session
+    /// already holds for the same user message, the first answer again and nothing new (checked
+    /// before `admission`); for another message, [`Error::ClientRequestConflict`]. The check and
+    /// the new turn are one write transaction (on PostgreSQL every write takes the counter's
+    /// lock first, and the unique index on the id stands behind it), so retries racing on any
+    /// nodes make one turn. A refusal records nothing.
     pub async fn regenerate(
         &self,
         message_id: &str,
+        client_request_id: Option<String>,
         admission: Admission,
-    ) -> Result<(RegenerateResponse, String)> {
+    ) -> Result<Regenerated> {
         let id = message_id.to_string();
         self.write(move |ctx| {
             let user = match message_by_id(ctx.conn, ctx.epoch, &id)? {
@@ -265,6 +280,30 @@ impl Journal {
                     .ok_or(Error::NotFound { what: "message" })?,
             };
             let session = session_of(ctx.conn, &user)?.ok_or(Error::NotFound { what: "message" })?;
+            if let Some(crid) = &client_request_id {
+                let earlier = ctx.conn.query_row(
+                    "SELECT turn_id, user_message_id, queued_seq FROM turns
+                     WHERE session_id = ?1 AND client_request_id = ?2",
+                    params![&session, crid],
+                )?;
+                if let Some(row) = earlier {
+                    let (turn_id, answered, seq) = (row.text(0)?, row.text(1)?, row.int(2)?);
+                    if answered != user {
+                        return Err(Error::ClientRequestConflict(crid.clone()));
+                    }
+                    let cursor = ctx.cursor(seq);
+                    return Ok(Regenerated {
+                        response: RegenerateResponse {
+                            message_id: user,
+                            turn_id,
+                            event_id: cursor.clone(),
+                            cursor,
+                        },
+                        session_id: session,
+                        created: false,
+                    });
+                }
+            }
             super::store::admit(ctx.conn, &session, admission)?;
             let turn_id = new_id("turn");
             let reply_id = new_id("msg");
@@ -274,21 +313,22 @@ impl Journal {
                 parent_id: Some(parent),
             })?;
             ctx.conn.execute(
-                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
-                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
-                params![&turn_id, &session, &user, ctx.now, seq, &reply_id],
+                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id, client_request_id)
+                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7)",
+                params![&turn_id, &session, &user, ctx.now, seq, &reply_id, &client_request_id],
             )?;
             set_leaf(ctx.conn, &session, &reply_id, true)?;
             let cursor = ctx.cursor(seq);
-            Ok((
-                RegenerateResponse {
+            Ok(Regenerated {
+                response: RegenerateResponse {
                     message_id: user,
                     turn_id,
                     event_id: cursor.clone(),
                     cursor,
                 },
-                session,
-            ))
+                session_id: session,
+                created: true,
+            })
         })
         .await
     }

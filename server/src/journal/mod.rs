@@ -27,6 +27,7 @@ mod sqlite;
 mod store;
 mod writer;
 
+pub use branches::Regenerated;
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
 pub use inputs::{Given, InputRefusal, Parked};

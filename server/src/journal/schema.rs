@@ -155,6 +155,13 @@ CREATE TABLE leaves (
     branched   INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 "#,
+    // v8 (contract v1.2, branches): the `client_request_id` of a regeneration, so a retry finds
+    // its turn instead of starting another; NULL for every other turn.
+    r#"
+ALTER TABLE turns ADD COLUMN client_request_id TEXT;
+CREATE UNIQUE INDEX turns_by_client_request ON turns(session_id, client_request_id)
+    WHERE client_request_id IS NOT NULL;
+"#,
 ];
 
 /// The schema version this build writes.
@@ -261,6 +268,44 @@ mod tests {
             .query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         assert_eq!(order, ["u1", "a1", "u2", "a2"]);
+        Ok(())
+    }
+
+    /// A v7 database (branches, before regeneration ids) migrates with its turns: theirs is
+    /// NULL, and an id is unique within its session only.
+    #[test]
+    fn v7_turns_migrate_to_regeneration_ids() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("t.db");
+        let c = Connection::open(&path)?;
+        for m in &MIGRATIONS[..7] {
+            c.execute_batch(m)?;
+        }
+        c.pragma_update(None, "user_version", 7)?;
+        c.execute_batch(
+            "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
+                 VALUES ('t1', 's', 'u1', 'completed', 0, 2, 'a1'), ('t2', 's', 'u1', 'queued', 0, 4, 'a2');",
+        )?;
+        drop(c);
+        let mut c = Connection::open(&path)?;
+        migrate(&mut c)?;
+        let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        assert_eq!(v, SCHEMA_VERSION);
+        let unset: i64 = c.query_row(
+            "SELECT COUNT(*) FROM turns WHERE client_request_id IS NULL",
+            [],
+            |r| r.get(0),
+        )?;
+        assert_eq!(unset, 2);
+        let insert = "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id, client_request_id)
+                      VALUES (?1, ?2, 'u1', 'queued', 0, ?3, ?4, 'r1')";
+        c.execute(insert, rusqlite::params!["t3", "s", 6, "a3"])?;
+        assert!(
+            c.execute(insert, rusqlite::params!["t4", "s", 8, "a4"])
+                .is_err(),
+            "one turn per id in a session"
+        );
+        c.execute(insert, rusqlite::params!["t5", "other", 10, "a5"])?;
         Ok(())
     }
 

@@ -146,6 +146,13 @@ CREATE TABLE leaves (
     branched   BIGINT NOT NULL DEFAULT 0
 );
 "#,
+    // v5 (SQLite's v8, contract v1.2, branches): the `client_request_id` of a regeneration, so a
+    // retry finds its turn instead of starting another; NULL for every other turn.
+    r#"
+ALTER TABLE turns ADD COLUMN client_request_id TEXT;
+CREATE UNIQUE INDEX turns_by_client_request ON turns(session_id, client_request_id)
+    WHERE client_request_id IS NOT NULL;
+"#,
 ];
 
 /// The schema version this build writes.
