@@ -45,6 +45,19 @@ const CODES: &[&str] = &[
     "message_not_found",
     "rate_limited",
     "too_many_streams",
+    // v1.2: agents that ask, and conversations that branch.
+    "invalid_input",
+    "invalid_request",
+    "request_not_found",
+    "input_already_given",
+    "turn_ended",
+    "session_busy",
+    "invalid_message_id",
+    "invalid_parent_id",
+    "invalid_leaf",
+    "invalid_leaf_id",
+    "invalid_client_request_id",
+    "client_request_id_conflict",
 ];
 
 /// Percent-encodes anything into one path segment or query value.
@@ -140,8 +153,14 @@ fn body_like() -> impl Strategy<Value = String> {
     ];
     prop_oneof![
         any::<String>(),
-        (scalar.clone(), scalar.clone(), scalar).prop_map(|(c, m, a)| {
+        (scalar.clone(), scalar.clone(), scalar.clone()).prop_map(|(c, m, a)| {
             format!(r#"{{"content":{c},"client_message_id":{m},"author":{a}}}"#)
+        }),
+        // v1.2 bodies: an edit, an answer, a regeneration, a switch of branch.
+        (scalar.clone(), scalar.clone(), scalar.clone(), scalar).prop_map(|(p, o, r, l)| {
+            format!(
+                r#"{{"content":"x","parent_id":{p},"on_busy":{o},"request_id":{r},"answer":{l},"client_request_id":{r},"leaf_id":{l}}}"#
+            )
         }),
         "[{}\\[\\]\":,a-z0-9 ]{0,60}",
     ]
@@ -232,6 +251,31 @@ async fn case(
         .await?;
         check(&sv.http, M::GET, format!("{u}/api/stream?{q}"), auth, None).await?;
         check(&sv.http, M::GET, format!("{u}/api/turns/{t}"), auth, None).await?;
+        check(
+            &sv.http,
+            M::GET,
+            format!("{u}/api/sessions/{s}/history?leaf={t}&limit={q}"),
+            auth,
+            None,
+        )
+        .await?;
+        check(&sv.http, M::POST, format!("{u}/api/turns/{t}/input"), auth, b()).await?;
+        check(
+            &sv.http,
+            M::POST,
+            format!("{u}/api/messages/{t}/regenerate"),
+            auth,
+            b(),
+        )
+        .await?;
+        check(
+            &sv.http,
+            M::POST,
+            format!("{u}/api/sessions/{s}/active"),
+            auth,
+            b(),
+        )
+        .await?;
         check(
             &sv.http,
             M::POST,
