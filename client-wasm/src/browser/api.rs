@@ -11,7 +11,7 @@ use turnstream_protocol::{Attachment, OnBusy, RawJson, RequestKind};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::client::{coded_error, BranchAction, Client, Options};
+use super::client::{coded_error, Client, Options};
 use crate::codec::{write_str, Obj};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -461,11 +461,8 @@ impl ChatClient {
     /// reply `key`: a new version of the reply, streamed like any turn; posted now or when the
     /// server is reachable again.
     pub fn regenerate(&self, key: String) -> Result<(), JsError> {
-        let action = self
-            .inner
-            .regenerate_target(&key)
-            .map(BranchAction::Regenerate);
-        if !self.inner.queue_branch(action) {
+        let target = self.inner.regenerate_target(&key);
+        if !self.inner.queue_branch(true, target) {
             return Err(JsError::new(
                 "turnstream: regenerate takes the key of a message the server has",
             ));
@@ -478,11 +475,8 @@ impl ChatClient {
     /// server is reachable again.
     #[wasm_bindgen(js_name = "switchBranch")]
     pub fn switch_branch(&self, key: String, index: u32) -> Result<(), JsError> {
-        let action = self
-            .inner
-            .sibling_id(&key, index as usize)
-            .map(BranchAction::Switch);
-        if !self.inner.queue_branch(action) {
+        let target = self.inner.sibling_id(&key, index as usize);
+        if !self.inner.queue_branch(false, target) {
             return Err(JsError::new("turnstream: no such version of that entry"));
         }
         Ok(())

@@ -102,7 +102,7 @@ impl Client {
                 continue;
             }
             // Then this tab's changes of branch, in order (before a message sent after them).
-            if !self.branch_actions.borrow().is_empty() {
+            if self.conv.borrow().next_branch_action().is_some() {
                 match self.post_branch_action().await {
                     None => attempt = 0,
                     Some(after) => {
