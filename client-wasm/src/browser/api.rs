@@ -315,6 +315,29 @@ pub struct ChatClient {
     inner: Rc<Client>,
 }
 
+/// A panic's message and where it happened, in the console with a JS stack (what
+/// `console_error_panic_hook` shows, without formatting the location through `core::fmt`).
+fn set_panic_hook() {
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let p = info.payload();
+            let message = p
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("panic");
+            let (file, line) = info.location().map_or(("?", 0), |l| (l.file(), l.line()));
+            web_sys::console::error_4(
+                &js_sys::Error::new(&["turnstream panicked: ", message].concat()).into(),
+                &"at".into(),
+                &file.into(),
+                &line.into(),
+            );
+        }));
+    });
+}
+
 #[wasm_bindgen]
 impl ChatClient {
     /// Shows the cached view at once, then loads history and follows the session's stream.
@@ -322,7 +345,7 @@ impl ChatClient {
     pub async fn connect(
         #[wasm_bindgen(unchecked_param_type = "ConnectOptions")] options: JsValue,
     ) -> Result<ChatClient, JsError> {
-        console_error_panic_hook::set_once();
+        set_panic_hook();
         let opts = parse_options(options)?;
         Ok(ChatClient {
             inner: Client::connect(opts).await,
