@@ -4,7 +4,9 @@
 //   the reply as version 2 of 2; a switch back to version 1 in the other tab is followed by the
 //   first, and the server's history agrees;
 // - a page reloaded while a regeneration streams resumes it whole (the text the server wrote,
-//   once), still on the new branch.
+//   once), still on the new branch;
+// - a regeneration asked while the server cannot be reached, then a reload: the reloaded page
+//   still has it (from its cache) and posts it once the server is back: one new version, 2/2.
 // The last line printed is "N passed, N failed".
 import { until, assert, assertEq, deltasText, runScenarios } from "./support.mjs";
 
@@ -120,6 +122,49 @@ scenario("a page reloaded while a regeneration streams resumes it whole, on the 
     const v = await state(page);
     assertEq(v.messages.map((m) => [m.role, m.turnId ?? null]).map(([role]) => role), ["user", "assistant"], "the branch only");
     assertEq(r.branch, { index: 1, count: 2 }, "2/2 after the reload");
+    return page;
+  });
+
+scenario("a regeneration queued offline survives a reload and makes exactly one new version",
+  ["--demo-delay-ms", "5", "--coalesce-ms", "0"], async ({ context, server, session }) => {
+    const page = await openClient(context, server, session);
+    await page.evaluate(() => window.chat.send("/deltas 10"));
+    const whole = deltasText(10);
+    const first = await replyWhere(page, "the first reply", (r) => r.status === "complete" && r.content === whole);
+    // The server cannot be reached for regenerations: each attempt fails as offline.
+    const attempts = [];
+    const bodies = [];
+    const offline = (route) => {
+      attempts.push(route.request().url());
+      bodies.push(route.request().postDataJSON());
+      return route.abort("internetdisconnected");
+    };
+    await context.route("**/regenerate", offline);
+    await page.evaluate((key) => window.chat.regenerate(key), first.key);
+    await until("a first attempt, refused", async () => attempts.length >= 1);
+    await page.reload();
+    const before = attempts.length;
+    await page.evaluate(async (sessionId) => {
+      const { default: init, ChatClient } = await import("turnstream");
+      await init();
+      window.chat = await ChatClient.connect({ baseUrl: location.origin, sessionId });
+    }, session);
+    await until("the reloaded page to try it again", async () => attempts.length > before);
+    const ids = new Set(bodies.map((b) => b?.client_request_id));
+    assertEq(ids.size, 1, "every attempt, before and after the reload, carries the same client_request_id");
+    assert(typeof [...ids][0] === "string" && [...ids][0].length > 0, "a client_request_id is sent");
+    const posted = [];
+    page.on("response", (r) => {
+      if (r.request().method() === "POST" && r.url().endsWith("/regenerate")) posted.push(r.status());
+    });
+    await context.unroute("**/regenerate", offline);
+    const r = await replyWhere(page, "the new reply whole", (r) => r.turnId !== first.turnId && r.status === "complete");
+    assertEq([r.content, r.branch], [whole, { index: 1, count: 2 }], "the new version, 2/2");
+    assertEq(posted, [202], "posted once once the server was back");
+    const history = await server.history(session);
+    assertEq(history.messages.map((m) => m.role), ["user", "assistant"], "the server's active branch");
+    assertEq(history.messages[1].turn_id, r.turnId, "is the new version");
+    assertEq(history.messages[1].siblings?.count, 2, "exactly one new version on the server");
     return page;
   });
 

@@ -22,7 +22,7 @@ use crate::reducer::entry::{
     AssistantEntry, EntryError, Final, FinalSource, LocalAnswer, Node, Progress, UserEntry,
     UserStatus,
 };
-use crate::reducer::CacheRecord;
+use crate::reducer::{BranchAction, CacheRecord, TurnPlace};
 use crate::relay::{Relay, StreamState, Want};
 use crate::tabs::TabMessage;
 
@@ -323,6 +323,21 @@ pub fn snapshot<V: Value>(v: &V) -> Option<Snapshot> {
     })
 }
 
+/// Where an active turn's reply goes: its `reply_id` and `parent_id` (v1.2), absent from an
+/// older server's snapshot.
+fn turn_place<V: Value>(v: &V) -> Option<TurnPlace> {
+    Some(TurnPlace {
+        turn_id: string(v, "turn_id")?,
+        reply_id: opt_string(v, "reply_id")?,
+        parent_id: opt_string(v, "parent_id")?,
+    })
+}
+
+/// A snapshot with its active turns' places (read beside the protocol's [`ActiveTurn`]).
+pub fn snapshot_placed<V: Value>(v: &V) -> Option<(Snapshot, Vec<TurnPlace>)> {
+    Some((snapshot(v)?, list(v, "active_turns", turn_place)?))
+}
+
 pub fn resync<V: Value>(v: &V) -> Option<ResyncRequired> {
     Some(ResyncRequired {
         reason: variant(v, "reason", ResyncReason::parse)?,
@@ -480,6 +495,16 @@ pub fn cache_record<V: Value>(v: &V) -> Option<CacheRecord> {
         epoch: opt_string(v, "epoch")?,
         users: list(v, "users", user_entry)?,
         turns: list(v, "turns", assistant_entry)?,
+        branch_actions: list(v, "branch_actions", branch_action)?,
+    })
+}
+
+fn branch_action<V: Value>(v: &V) -> Option<BranchAction> {
+    Some(BranchAction {
+        id: string(v, "id")?,
+        regenerate: boolean(v, "regenerate")?,
+        target: string(v, "target")?,
+        done: opt(v, "done", Value::boolean)?.unwrap_or(false),
     })
 }
 
@@ -918,14 +943,26 @@ fn write_turn(out: &mut String, a: &AssistantEntry) {
 
 pub fn cache_record_json(rec: &CacheRecord) -> String {
     let mut out = String::new();
-    Obj::new(&mut out)
-        .int("version", i64::from(rec.version))
+    let mut o = Obj::new(&mut out);
+    o.int("version", i64::from(rec.version))
         .str("session_id", &rec.session_id)
         .opt_str("epoch", rec.epoch.as_deref())
         .list("users", &rec.users, write_user)
-        .list("turns", &rec.turns, write_turn)
-        .end();
+        .list("turns", &rec.turns, write_turn);
+    if !rec.branch_actions.is_empty() {
+        o.list("branch_actions", &rec.branch_actions, write_branch_action);
+    }
+    o.end();
     out
+}
+
+fn write_branch_action(out: &mut String, a: &BranchAction) {
+    Obj::new(out)
+        .str("id", &a.id)
+        .bool("regenerate", a.regenerate)
+        .str("target", &a.target)
+        .bool("done", a.done)
+        .end();
 }
 
 pub fn tab_message_json(msg: &TabMessage) -> String {
@@ -1102,6 +1139,15 @@ pub fn regenerate_response<V: Value>(v: &V) -> Option<RegenerateResponse> {
 }
 
 /// The body of `POST /api/sessions/{session}/active` (v1.2).
+/// The body of `POST /api/messages/{message}/regenerate`: the id that makes a retry safe.
+pub fn regenerate_request_json(client_request_id: &str) -> String {
+    let mut out = String::new();
+    Obj::new(&mut out)
+        .str("client_request_id", client_request_id)
+        .end();
+    out
+}
+
 pub fn switch_request_json(leaf_id: &str) -> String {
     let mut out = String::new();
     Obj::new(&mut out).str("leaf_id", leaf_id).end();

@@ -11,7 +11,7 @@ use turnstream_protocol::{Attachment, OnBusy, RawJson, RequestKind};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::client::{coded_error, BranchAction, Client, Options};
+use super::client::{coded_error, Client, Options};
 use crate::codec::{write_str, Obj};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -315,6 +315,29 @@ pub struct ChatClient {
     inner: Rc<Client>,
 }
 
+/// A panic's message and where it happened, in the console with a JS stack (what
+/// `console_error_panic_hook` shows, without formatting the location through `core::fmt`).
+fn set_panic_hook() {
+    static SET: std::sync::Once = std::sync::Once::new();
+    SET.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let p = info.payload();
+            let message = p
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("panic");
+            let (file, line) = info.location().map_or(("?", 0), |l| (l.file(), l.line()));
+            web_sys::console::error_4(
+                &js_sys::Error::new(&["turnstream panicked: ", message].concat()).into(),
+                &"at".into(),
+                &file.into(),
+                &line.into(),
+            );
+        }));
+    });
+}
+
 #[wasm_bindgen]
 impl ChatClient {
     /// Shows the cached view at once, then loads history and follows the session's stream.
@@ -322,7 +345,7 @@ impl ChatClient {
     pub async fn connect(
         #[wasm_bindgen(unchecked_param_type = "ConnectOptions")] options: JsValue,
     ) -> Result<ChatClient, JsError> {
-        console_error_panic_hook::set_once();
+        set_panic_hook();
         let opts = parse_options(options)?;
         Ok(ChatClient {
             inner: Client::connect(opts).await,
@@ -461,11 +484,8 @@ impl ChatClient {
     /// reply `key`: a new version of the reply, streamed like any turn; posted now or when the
     /// server is reachable again.
     pub fn regenerate(&self, key: String) -> Result<(), JsError> {
-        let action = self
-            .inner
-            .regenerate_target(&key)
-            .map(BranchAction::Regenerate);
-        if !self.inner.queue_branch(action) {
+        let target = self.inner.regenerate_target(&key);
+        if !self.inner.queue_branch(true, target) {
             return Err(JsError::new(
                 "turnstream: regenerate takes the key of a message the server has",
             ));
@@ -478,11 +498,8 @@ impl ChatClient {
     /// server is reachable again.
     #[wasm_bindgen(js_name = "switchBranch")]
     pub fn switch_branch(&self, key: String, index: u32) -> Result<(), JsError> {
-        let action = self
-            .inner
-            .sibling_id(&key, index as usize)
-            .map(BranchAction::Switch);
-        if !self.inner.queue_branch(action) {
+        let target = self.inner.sibling_id(&key, index as usize);
+        if !self.inner.queue_branch(false, target) {
             return Err(JsError::new("turnstream: no such version of that entry"));
         }
         Ok(())

@@ -166,10 +166,12 @@ impl Endpoint {
     pub(crate) async fn regenerate(
         &self,
         message_id: &str,
+        client_request_id: &str,
     ) -> Result<RegenerateResponse, HttpError> {
         let url = self.url(&["/api/messages/", &enc(message_id), "/regenerate"]);
+        let body = codec::regenerate_request_json(client_request_id);
         decode(
-            self.send("POST", &url, Some("{}")).await?,
+            self.send("POST", &url, Some(&body)).await?,
             codec::regenerate_response,
         )
         .await

@@ -12,13 +12,14 @@ use web_sys::{EventSource, MessageEvent};
 
 use super::json;
 use crate::codec;
+use crate::reducer::TurnPlace;
 
 /// What the stream tells the client.
 pub(crate) enum Signal {
     /// The stream covering the session is delivering: we are live.
     Open,
-    /// Shared: one parse serves every session of the tab.
-    Snapshot(Rc<Snapshot>),
+    /// Shared: one parse serves every session of the tab. With its active turns' places.
+    Snapshot(Rc<(Snapshot, Vec<TurnPlace>)>),
     /// A journaled event; `last_event_id` is the stream's resume position after it.
     Event(Rc<Event>, String),
     /// The server cannot serve our position; the source is already closed.
@@ -51,7 +52,7 @@ impl Frame {
     /// The signal a data frame carries (`None` for the others).
     pub(crate) fn parse(kind: &str, data: &str, last: &str) -> Option<Signal> {
         Some(match kind {
-            "snapshot" => match json::read(data, codec::snapshot) {
+            "snapshot" => match json::read(data, codec::snapshot_placed) {
                 Some(s) => Signal::Snapshot(Rc::new(s)),
                 None => Signal::Garbled(SNAPSHOT_EVENT),
             },

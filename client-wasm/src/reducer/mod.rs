@@ -77,6 +77,37 @@ pub struct CacheRecord {
     pub epoch: Option<String>,
     pub users: Vec<UserEntry>,
     pub turns: Vec<AssistantEntry>,
+    /// This browser's changes of branch (v1.2), waiting or posted; omitted when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub branch_actions: Vec<BranchAction>,
+}
+
+/// A regeneration or a switch asked for in this browser (v1.2): queued, kept in the cache so a
+/// reload still posts it, posted once in order by the outbox, then kept a while as `done` so
+/// joining an older copy of the cache does not bring it back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchAction {
+    /// Drawn when queued: a regeneration's `client_request_id` (the server answers a retry
+    /// with the first answer), and what joins tabs' copies.
+    pub id: String,
+    /// `true`: `POST /api/messages/{target}/regenerate`; `false`: a switch to leaf `target`.
+    pub regenerate: bool,
+    pub target: String,
+    /// Posted (or refused for good).
+    #[serde(default)]
+    pub done: bool,
+}
+
+/// Posted branch actions kept (as tombstones) in the cache.
+const DONE_KEPT: usize = 16;
+
+/// Where an active turn's reply goes in the tree: the `reply_id` and `parent_id` a v1.2
+/// server's snapshot gives each active turn (absent from an older server's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnPlace {
+    pub turn_id: String,
+    pub reply_id: Option<String>,
+    pub parent_id: Option<String>,
 }
 
 enum Either<'a> {
@@ -152,6 +183,8 @@ pub struct Conversation {
     editing: Option<String>,
     /// The stream moved the leaf to a branch not read yet: reload the active branch's history.
     branch_unread: bool,
+    /// This browser's regenerations and switches, in order (see [`BranchAction`]).
+    branch_actions: Vec<BranchAction>,
     /// Bumped on every change, so a caller can tell "same view" cheaply.
     revision: u64,
     send_counter: u64,
@@ -179,6 +212,7 @@ impl Conversation {
             unwritten: Keyed::new(),
             editing: None,
             branch_unread: false,
+            branch_actions: Vec::new(),
             revision: 0,
             send_counter: 0,
         }
@@ -229,7 +263,7 @@ impl Conversation {
         if self.epoch.is_none() {
             self.epoch.clone_from(&rec.epoch);
         }
-        let mut changed = false;
+        let mut changed = self.join_branch_actions(&rec.branch_actions);
         for u in &rec.users {
             // Entries of a journal that no longer exists would be ghosts; unsent ones are still ours.
             if same_journal || u.status != UserStatus::Sent {
@@ -307,6 +341,13 @@ impl Conversation {
 
     /// The active turns at the snapshot's cursor (first frame of a stream opened with snapshot=1).
     pub fn apply_snapshot(&mut self, s: &Snapshot) -> bool {
+        self.apply_snapshot_placed(s, &[])
+    }
+
+    /// A snapshot with where its active turns' replies go (`places`, by turn): a turn that
+    /// writes a new version of a message (a regeneration, an edit's reply) is shown as that
+    /// version at once, and its reply becomes the leaf unless a later position placed one.
+    pub fn apply_snapshot_placed(&mut self, s: &Snapshot, places: &[TurnPlace]) -> bool {
         let Some(seq) = self.position(&s.cursor) else {
             return false;
         };
@@ -323,6 +364,23 @@ impl Conversation {
             changed |= a.note_anchor(Some(seq));
             if !a.is_final() {
                 changed |= a.offer_progress(&Progress::from_active(at, seq));
+            }
+            let place = places.iter().find(|p| p.turn_id == at.turn_id);
+            if let Some(TurnPlace {
+                reply_id: Some(reply),
+                parent_id: Some(parent),
+                ..
+            }) = place
+            {
+                // (Its user message is in what was read: nothing to reread.)
+                let unread = self.branch_unread;
+                changed |= self.place_turn(&at.turn_id, Some(reply), Some(parent), seq);
+                self.branch_unread = unread;
+                // Its `turn_queued` made it the leaf; a leaf read at this very position is
+                // newer news (a switch since).
+                if self.leaf.as_ref().is_none_or(|(_, at)| *at < seq) {
+                    changed |= self.move_leaf(reply, seq);
+                }
             }
         }
         // A turn we think is open, started at or before the snapshot, but not in it: it ended
@@ -849,6 +907,7 @@ impl Conversation {
             epoch: self.epoch.clone(),
             users: self.users.values().cloned().collect(),
             turns: self.turns.values().cloned().collect(),
+            branch_actions: self.cached_branch_actions(),
         }
     }
 
@@ -884,6 +943,7 @@ impl Conversation {
                 .filter(|a| !a.is_final() || self.introduced_at(a).is_none_or(|s| s >= cutoff))
                 .cloned()
                 .collect(),
+            branch_actions: self.cached_branch_actions(),
         }
     }
 

@@ -334,7 +334,10 @@ impl Feed {
         match self {
             Feed::Cache(rec) => c.apply_cache(rec),
             Feed::History(at) => c.apply_history(&s.history_at(*at)),
-            Feed::Snapshot(at) => c.apply_snapshot(&s.snapshot_at(*at)),
+            Feed::Snapshot(at) => {
+                let (snap, places) = s.snapshot_placed_at(*at);
+                c.apply_snapshot_placed(&snap, &places)
+            }
             Feed::Event(i) => c.apply_event(&s.journal[*i]),
             Feed::Send((cmid, content, attachments, at)) => {
                 c.send_local(cmid, content, attachments, *at, None)

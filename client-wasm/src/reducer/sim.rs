@@ -566,6 +566,34 @@ impl SimSession {
         all
     }
 
+    /// The `snapshot` frame of a stream opened at `c`, with its active turns' places (v1.2:
+    /// each turn's `reply_id` and `parent_id`, as its `turn_queued` named them).
+    pub fn snapshot_placed_at(&self, c: i64) -> (Snapshot, Vec<super::TurnPlace>) {
+        let snap = self.snapshot_at(c);
+        let places = snap
+            .active_turns
+            .iter()
+            .map(|a| {
+                let queued = self.journal.iter().find_map(|e| match &e.body {
+                    EventBody::TurnQueued {
+                        reply_id,
+                        parent_id,
+                    } if e.turn_id.as_ref() == Some(&a.turn_id) => {
+                        Some((reply_id.clone(), parent_id.clone()))
+                    }
+                    _ => None,
+                });
+                let (reply_id, parent_id) = queued.unwrap_or_default();
+                super::TurnPlace {
+                    turn_id: a.turn_id.clone(),
+                    reply_id,
+                    parent_id,
+                }
+            })
+            .collect();
+        (snap, places)
+    }
+
     /// The `snapshot` frame of a stream opened at `c`.
     pub fn snapshot_at(&self, c: i64) -> Snapshot {
         let c = self.settled(c);

@@ -1225,3 +1225,94 @@ fn an_edit_shows_its_branch_at_once_then_the_journal_moves_the_branch() {
     );
     assert!(!c.take_branch_unread(), "asked once");
 }
+
+/// A page that joins while a regeneration streams: the snapshot's `reply_id` and `parent_id`
+/// show the streaming reply as the new version of its user message at once.
+#[test]
+fn a_snapshot_shows_a_streaming_regeneration_as_the_new_version() {
+    let with_places = |places: &[super::TurnPlace]| {
+        let mut c = Conversation::new(S);
+        let m1 = placed(user_msg(1, 1, Some("c1"), "q"), "");
+        let m1 = Message {
+            parent_id: None,
+            ..m1
+        };
+        let a1 = placed(reply(3, 1, MessageStatus::Complete, "first"), "m1");
+        let mut h = history("e1-3", vec![m1, a1]);
+        h.leaf_id = Some("a1".into());
+        c.apply_history(&h);
+        let mut regen = ActiveTurn::new("t2", S);
+        regen.state = TurnState::Running;
+        regen.text = "second, so far".into();
+        let snap = Snapshot {
+            cursor: "e1-6".into(),
+            active_turns: vec![regen],
+        };
+        c.apply_snapshot_placed(&snap, places);
+        c
+    };
+    let c = with_places(&[super::TurnPlace {
+        turn_id: "t2".into(),
+        reply_id: Some("a2".into()),
+        parent_id: Some("m1".into()),
+    }]);
+    let view = c.view().messages;
+    assert_eq!(
+        view.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        ["c1", "turn:t2"],
+        "the new version replaces the earlier reply on the branch"
+    );
+    assert_eq!(view[1].content, "second, so far");
+    assert_eq!(view[1].branch, super::BranchView { index: 1, count: 2 });
+    assert_eq!(c.leaf(), Some("a2"));
+    assert_eq!(c.sibling_id("turn:t2", 0).as_deref(), Some("a1"));
+
+    // An older server names no places: the turn shows, placed by nothing yet.
+    let c = with_places(&[]);
+    assert_eq!(c.leaf(), Some("a1"));
+    assert!(c.view().messages.iter().any(|e| e.key == "turn:t2"));
+}
+
+/// Branch actions live in the cache until posted; a posted one is not brought back by an older
+/// copy of the cache.
+#[test]
+fn branch_actions_survive_the_cache_and_are_posted_once() {
+    let mut c = Conversation::new(S);
+    c.queue_branch_action("r1", true, "m1");
+    c.queue_branch_action("s1", false, "a1");
+    let stored = c.to_cache();
+    let json = crate::codec::cache_record_json(&stored);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("json");
+    let read = crate::codec::cache_record(&value).expect("reads back");
+    assert_eq!(read, stored);
+    assert_eq!(
+        serde_json::from_str::<CacheRecord>(&json).expect("serde reads it"),
+        stored
+    );
+
+    let mut reloaded = Conversation::new(S);
+    reloaded.apply_cache(&read);
+    let next = reloaded.next_branch_action().expect("queued");
+    assert_eq!(
+        (next.id.as_str(), next.regenerate, next.target.as_str()),
+        ("r1", true, "m1")
+    );
+    reloaded.branch_action_done("r1");
+    // The write joins the older stored copy: r1 stays posted.
+    let mut merged = reloaded.clone();
+    merged.apply_cache(&stored);
+    assert_eq!(merged.next_branch_action().map(|a| a.id), Some("s1".into()));
+    merged.branch_action_done("s1");
+    assert_eq!(merged.next_branch_action(), None);
+    assert!(merged.to_cache().branch_actions.iter().all(|a| a.done));
+
+    // Only the newest posted ones are kept.
+    for i in 0..40 {
+        let id = format!("x{i}");
+        merged.queue_branch_action(&id, false, "a1");
+        merged.branch_action_done(&id);
+    }
+    let kept = merged.to_cache().branch_actions;
+    assert_eq!(kept.len(), 16);
+    assert_eq!(kept.last().map(|a| a.id.as_str()), Some("x39"));
+}

@@ -1,7 +1,10 @@
 //! Branches (contract v1.2): edits go through the outbox as messages with a `parent_id`;
-//! regenerations and switches wait in this tab's queue of branch actions, posted once in order
-//! with the outbox (so offline they are applied when the server is reachable again); a move of
-//! the active leaf to a branch not read makes the tab read the active branch's history.
+//! regenerations and switches wait in the conversation's queue of branch actions, stored with
+//! the cache (a reload still has them) and posted once in order with the outbox (so offline they
+//! are applied when the server is reachable again); a regeneration carries the
+//! `client_request_id` drawn when it was queued, so a retry, from this page or a reloaded one,
+//! never makes a second version. A move of the active leaf to a branch not read makes the tab
+//! read the active branch's history.
 
 use std::rc::Rc;
 
@@ -12,15 +15,6 @@ use crate::browser::env;
 use crate::browser::http::HttpError;
 use crate::retry::{classify_post, PostOutcome};
 use crate::tabs::TabMessage;
-
-/// A change of branch waiting to be posted.
-#[derive(Clone)]
-pub(crate) enum BranchAction {
-    /// `POST /api/messages/{message}/regenerate`.
-    Regenerate(String),
-    /// `POST /api/sessions/{session}/active`.
-    Switch(String),
-}
 
 impl Client {
     /// A new version of user entry `key`; resolves with its client_message_id once stored.
@@ -62,28 +56,40 @@ impl Client {
         self.conv.borrow().sibling_id(key, index)
     }
 
-    /// Queues a branch action; false when `action` names nothing.
-    pub(crate) fn queue_branch(self: &Rc<Self>, action: Option<BranchAction>) -> bool {
-        let Some(action) = action else {
+    /// Queues a regeneration of user message `target` (`regenerate`) or a switch to leaf
+    /// `target`, stored before it is posted; false when `target` names nothing.
+    pub(crate) fn queue_branch(self: &Rc<Self>, regenerate: bool, target: Option<String>) -> bool {
+        let Some(target) = target else {
             return false;
         };
-        self.branch_actions.borrow_mut().push(action);
-        self.kick_outbox();
+        let id = env::new_client_message_id();
+        self.conv
+            .borrow_mut()
+            .queue_branch_action(&id, regenerate, &target);
+        let me = self.clone();
+        spawn_local(async move {
+            // On disk before the first attempt: a reload from here on still posts it.
+            me.save_now().await;
+            me.kick_outbox();
+        });
         true
     }
 
     /// Posts the oldest branch action. `None`: done with it (taken, or refused for good);
     /// `Some(after)`: try again later (`after` ms when the server said).
     pub(super) async fn post_branch_action(self: &Rc<Self>) -> Option<Option<u32>> {
-        let action = self.branch_actions.borrow().first().cloned()?;
+        let action = self.conv.borrow().next_branch_action()?;
         // (None above: nothing queued, which the outbox checks first.)
-        let result = match &action {
-            BranchAction::Regenerate(message_id) => {
-                self.endpoint.regenerate(message_id).await.map(|r| {
+        let result = if action.regenerate {
+            // 202 the first time, 200 with the same answer for a retry of the same id.
+            self.endpoint
+                .regenerate(&action.target, &action.id)
+                .await
+                .map(|r| {
                     self.update(|c| c.apply_regenerate(&r));
                 })
-            }
-            BranchAction::Switch(leaf_id) => self.endpoint.switch_branch(leaf_id).await,
+        } else {
+            self.endpoint.switch_branch(&action.target).await
         };
         let retry = match result {
             Ok(()) => None,
@@ -104,7 +110,8 @@ impl Client {
             Err(_) => Some(None),
         };
         if retry.is_none() {
-            self.branch_actions.borrow_mut().remove(0);
+            self.conv.borrow_mut().branch_action_done(&action.id);
+            self.save_now().await;
         }
         retry
     }

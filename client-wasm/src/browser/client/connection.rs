@@ -123,7 +123,7 @@ impl Client {
             }
             Signal::Snapshot(s) => {
                 self.delivered.set(true);
-                self.update(|c| c.apply_snapshot(&s));
+                self.update(|c| c.apply_snapshot_placed(&s.0, &s.1));
                 self.check_turns();
             }
             Signal::Event(e, _) => {

@@ -26,7 +26,6 @@ use crate::codec;
 use crate::reducer::keyed::Keys;
 use crate::reducer::{Connection, Conversation};
 pub(crate) use answers::coded_error;
-pub(crate) use branches::BranchAction;
 use connection::LoopSignal;
 use render::Rendered;
 
@@ -78,8 +77,6 @@ pub(crate) struct Client {
     delivered: Cell<bool>,
     /// `respond` promises still waiting for the server's verdict.
     waiters: RefCell<Vec<answers::Waiter>>,
-    /// This tab's regenerations and switches not posted yet (v1.2).
-    branch_actions: RefCell<Vec<branches::BranchAction>>,
 }
 
 impl Client {
@@ -125,7 +122,6 @@ impl Client {
             ever_live: Cell::new(false),
             delivered: Cell::new(false),
             waiters: RefCell::new(Vec::new()),
-            branch_actions: RefCell::new(Vec::new()),
         });
 
         // The cache first: the page shows the last known view before any network round trip.

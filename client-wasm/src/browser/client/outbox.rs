@@ -9,6 +9,7 @@ use wasm_bindgen_futures::spawn_local;
 use super::Client;
 use crate::browser::env;
 use crate::browser::http::HttpError;
+use crate::reducer::Outgoing;
 use crate::retry::{backoff_ms, classify_post, PostOutcome};
 use crate::tabs::TabMessage;
 
@@ -88,76 +89,25 @@ impl Client {
                 return;
             }
             // Answers first: a waiting turn holds back every message queued behind it. (Any
-            // tab may post any answer: a second post of the same answer is answered 200.)
+            // tab may post any answer: a second post of the same answer is answered 200.) Then
+            // this tab's changes of branch, in order (before a message sent after them), then
+            // the messages. One backoff for the three.
             let answer = self.conv.borrow().next_answer();
-            if let Some(a) = answer {
-                match self.post_answer(a).await {
-                    None => attempt = 0,
-                    Some(after) => {
-                        let ms = after.unwrap_or_else(|| backoff_ms(attempt, env::random()));
-                        attempt = attempt.saturating_add(1);
-                        self.net_waker.sleep(ms).await;
-                    }
-                }
-                continue;
-            }
-            // Then this tab's changes of branch, in order (before a message sent after them).
-            if !self.branch_actions.borrow().is_empty() {
-                match self.post_branch_action().await {
-                    None => attempt = 0,
-                    Some(after) => {
-                        let ms = after.unwrap_or_else(|| backoff_ms(attempt, env::random()));
-                        attempt = attempt.saturating_add(1);
-                        self.net_waker.sleep(ms).await;
-                    }
-                }
-                continue;
-            }
-            let next = {
-                let own = self.own.borrow();
-                self.conv
-                    .borrow()
-                    .next_to_post(|id| everyone || own.contains(id))
-            };
-            let Some(next) = next else {
-                return;
-            };
-            let client_message_id = next.client_message_id;
-            let wait = match self
-                .endpoint
-                .post_message(
-                    &client_message_id,
-                    &next.content,
-                    &next.attachments,
-                    next.on_busy,
-                    next.parent_id.as_ref().map(Option::as_deref),
-                )
-                .await
-            {
-                Ok(mut resp) => {
-                    resp.client_message_id = Some(client_message_id.clone());
-                    self.accepted(&resp);
-                    None
-                }
-                Err(HttpError::Status {
-                    status,
-                    error,
-                    retry_after,
-                    ..
-                }) => match classify_post(status) {
-                    PostOutcome::Rejected => {
-                        self.rejected(&client_message_id, error);
-                        None
-                    }
-                    PostOutcome::Conflict => {
-                        self.conflict(&client_message_id, error).await;
-                        None
-                    }
-                    PostOutcome::Accepted | PostOutcome::Retry => {
-                        Some(retry_after.map(|s| s.saturating_mul(1000)))
-                    }
-                },
-                Err(HttpError::Network(_)) | Err(HttpError::Decode) => Some(None),
+            let wait = if let Some(a) = answer {
+                self.post_answer(a).await
+            } else if self.conv.borrow().next_branch_action().is_some() {
+                self.post_branch_action().await
+            } else {
+                let next = {
+                    let own = self.own.borrow();
+                    self.conv
+                        .borrow()
+                        .next_to_post(|id| everyone || own.contains(id))
+                };
+                let Some(next) = next else {
+                    return;
+                };
+                self.post_message(next).await
             };
             match wait {
                 None => attempt = 0,
@@ -167,6 +117,47 @@ impl Client {
                     self.net_waker.sleep(ms).await;
                 }
             }
+        }
+    }
+
+    /// Posts one message of the outbox; as [`Client::post_branch_action`] for what it returns.
+    async fn post_message(self: &Rc<Self>, next: Outgoing) -> Option<Option<u32>> {
+        let client_message_id = next.client_message_id;
+        match self
+            .endpoint
+            .post_message(
+                &client_message_id,
+                &next.content,
+                &next.attachments,
+                next.on_busy,
+                next.parent_id.as_ref().map(Option::as_deref),
+            )
+            .await
+        {
+            Ok(mut resp) => {
+                resp.client_message_id = Some(client_message_id.clone());
+                self.accepted(&resp);
+                None
+            }
+            Err(HttpError::Status {
+                status,
+                error,
+                retry_after,
+                ..
+            }) => match classify_post(status) {
+                PostOutcome::Rejected => {
+                    self.rejected(&client_message_id, error);
+                    None
+                }
+                PostOutcome::Conflict => {
+                    self.conflict(&client_message_id, error).await;
+                    None
+                }
+                PostOutcome::Accepted | PostOutcome::Retry => {
+                    Some(retry_after.map(|s| s.saturating_mul(1000)))
+                }
+            },
+            Err(HttpError::Network(_)) | Err(HttpError::Decode) => Some(None),
         }
     }
 
