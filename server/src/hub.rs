@@ -2,9 +2,10 @@
 //! the replay tail: the most recent committed frames of each session, kept in memory so that a
 //! reconnect that resumes from a recent position is answered without reading the journal.
 //!
-//! Each subscriber has a bounded queue. A subscriber that cannot keep up is never skipped silently:
-//! when its queue is full the frame is dropped *and* the subscriber is flagged lagged, so it goes
-//! back to the journal from the last id it sent before sending anything else.
+//! Each subscriber has a bounded [`Inbox`], kept in its slots here. A subscriber that cannot keep
+//! up is never skipped silently: when its inbox is full the frame is dropped *and* the inbox is
+//! flagged lagged, so it goes back to the journal from the last id it sent before sending anything
+//! else.
 //!
 //! The tail is a cache of the journal, never a substitute: a session's tail holds *every* frame of
 //! that session after its `covered_from` position (a frame is added when its commit is published,
@@ -17,15 +18,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
+use crate::inbox::Inbox;
+pub use crate::inbox::{Taken, SUBSCRIBER_QUEUE};
 use crate::metrics::Metrics;
 use crate::mutex::lock;
-
-/// Frames a subscriber may have queued before it is flagged lagged.
-pub const SUBSCRIBER_QUEUE: usize = 1024;
 
 /// Default memory for the replay tail, over all sessions.
 pub const DEFAULT_TAIL_BYTES: usize = 64 * 1024 * 1024;
@@ -108,17 +108,11 @@ impl Frame {
     }
 }
 
-#[derive(Debug)]
-struct Slot {
-    id: u64,
-    tx: mpsc::Sender<Arc<Frame>>,
-    lagged: Arc<AtomicBool>,
-}
-
 /// One session's subscribers and recent frames.
 #[derive(Debug)]
 struct Feed {
-    slots: Vec<Arc<Slot>>,
+    /// The inboxes of the session's subscribers.
+    slots: Vec<Arc<Inbox>>,
     /// Every frame of the session after `covered_from`, in order.
     tail: VecDeque<Arc<Frame>>,
     /// The tail holds every frame of the session with a sequence above this one
@@ -248,36 +242,29 @@ impl Hub {
             }
         }
         let sessions = &unique[..];
-        let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE);
-        let lagged = Arc::new(AtomicBool::new(false));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut state = lock(&self.state);
         let mut replay = None;
-        if !self.closed.load(Ordering::Acquire) {
+        let closed = self.closed.load(Ordering::Acquire);
+        let inbox = Arc::new(Inbox::new(id, closed));
+        if !closed {
             if let Some(after) = after.filter(|_| !self.tail_suspended.load(Ordering::Acquire)) {
                 replay = tail_after(&state.feeds, sessions, after, limit);
             }
-            let slot = Arc::new(Slot {
-                id,
-                tx,
-                lagged: lagged.clone(),
-            });
             for s in sessions {
                 state
                     .feeds
                     .entry(s.clone())
                     .or_default()
                     .slots
-                    .push(slot.clone());
+                    .push(inbox.clone());
             }
         }
         drop(state);
         let sub = Subscription {
             hub: self.clone(),
-            id,
-            lagged,
-            sessions: unique,
-            rx,
+            inbox,
+            sessions: unique.into_boxed_slice(),
         };
         (sub, replay)
     }
@@ -379,7 +366,9 @@ impl Hub {
         let mut state = lock(&self.state);
         self.closed.store(true, Ordering::Release);
         for feed in state.feeds.values_mut() {
-            feed.slots.clear();
+            for inbox in feed.slots.drain(..) {
+                inbox.close();
+            }
         }
     }
 
@@ -393,11 +382,9 @@ impl Hub {
     }
 }
 
-fn deliver(slots: &[Arc<Slot>], frame: &Arc<Frame>) {
-    for slot in slots {
-        if let Err(mpsc::error::TrySendError::Full(_)) = slot.tx.try_send(frame.clone()) {
-            slot.lagged.store(true, Ordering::Release);
-        }
+fn deliver(slots: &[Arc<Inbox>], frame: &Arc<Frame>) {
+    for inbox in slots {
+        inbox.push(frame);
     }
 }
 
@@ -435,41 +422,52 @@ fn tail_after(
 #[derive(Debug)]
 pub struct Subscription {
     hub: Arc<Hub>,
-    id: u64,
-    lagged: Arc<AtomicBool>,
-    sessions: Vec<String>,
-    rx: mpsc::Receiver<Arc<Frame>>,
+    inbox: Arc<Inbox>,
+    /// The sessions it is attached to, each once (the stream's only copy of the list).
+    sessions: Box<[String]>,
 }
 
 impl Subscription {
     /// The next live frame; `None` once the hub is closed and what was queued has been taken.
     pub async fn recv(&mut self) -> Option<Arc<Frame>> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.inbox.poll_recv(cx)).await
+    }
+
+    /// Every frame queued, in order, with whether frames were dropped (then none of them may be
+    /// sent before re-reading the journal from the last id sent); or a wake-up registered for the
+    /// next one. `None` once the hub is closed and what was queued has been taken.
+    pub fn poll_take(&mut self, cx: &mut Context<'_>) -> Poll<Option<Taken>> {
+        self.inbox.poll_take(cx)
     }
 
     /// A frame already queued, without waiting.
     pub fn try_recv(&mut self) -> Option<Arc<Frame>> {
-        self.rx.try_recv().ok()
+        self.inbox.try_recv()
     }
 
     /// Whether frames were dropped since the last call; clears the flag. Call it before sending
     /// each live frame: if it says true, re-read the journal from the last id sent.
     pub fn take_lagged(&self) -> bool {
-        self.lagged.swap(false, Ordering::AcqRel)
+        self.inbox.take_lagged()
     }
 
     /// Whether the hub was closed (the server is shutting down).
     pub fn is_closed(&self) -> bool {
         self.hub.closed.load(Ordering::Acquire)
     }
+
+    /// The sessions it is attached to, each once.
+    pub fn sessions(&self) -> &[String] {
+        &self.sessions
+    }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = lock(&self.hub.state);
-        for s in &self.sessions {
+        for s in self.sessions.iter() {
             if let Some(feed) = state.feeds.get_mut(s) {
-                feed.slots.retain(|slot| slot.id != self.id);
+                feed.slots.retain(|slot| slot.id != self.inbox.id);
                 if feed.is_unused() {
                     state.feeds.remove(s);
                 }
@@ -654,6 +652,69 @@ mod tests {
         assert_eq!(tail(&hub, &["a"], 2, 100), None, "3 was not kept");
         hub.publish(&[frame(4, "a")]);
         assert_eq!(tail(&hub, &["a"], 3, 100), Some((vec![4], true)));
+    }
+
+    #[test]
+    fn no_frame_is_lost_across_an_attach_under_concurrent_publishing() {
+        let hub = Hub::new();
+        hub.publish(&[frame(1, "a")]);
+        let publisher = {
+            let hub = hub.clone();
+            std::thread::spawn(move || {
+                for seq in 2..=1000 {
+                    hub.publish(&[frame(seq, "a")]);
+                }
+            })
+        };
+        let mut subs = Vec::new();
+        for _ in 0..50 {
+            let (sub, replay) = hub.subscribe_after(&["a".into()], Some(0), usize::MAX);
+            let replay = replay.map(|r| r.frames).unwrap_or_default();
+            subs.push((sub, replay));
+            std::thread::yield_now();
+        }
+        assert!(publisher.join().is_ok());
+        for (mut sub, replay) in subs {
+            let mut seen: Vec<i64> = replay.iter().map(|f| f.seq).collect();
+            assert!(!sub.take_lagged(), "999 frames fit");
+            while let Some(f) = sub.try_recv() {
+                seen.push(f.seq);
+            }
+            assert_eq!(seen, (1..=1000).collect::<Vec<_>>(), "in the copy or live");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lagging_subscriber_is_told_with_what_it_takes() {
+        let hub = Hub::new();
+        let mut sub = hub.subscribe(&["a".into()]);
+        let frames: Vec<_> = (1..=SUBSCRIBER_QUEUE as i64 + 1)
+            .map(|i| frame(i, "a"))
+            .collect();
+        hub.publish(&frames);
+        let taken = std::future::poll_fn(|cx| sub.poll_take(cx)).await;
+        let Some(taken) = taken else {
+            panic!("the feed ended");
+        };
+        assert!(taken.lagged, "the last frame was dropped");
+        assert_eq!(taken.count(), SUBSCRIBER_QUEUE);
+        hub.publish(&[frame(SUBSCRIBER_QUEUE as i64 + 2, "a")]);
+        assert!(!sub.take_lagged(), "told once");
+        assert_eq!(
+            sub.recv().await.map(|f| f.seq),
+            Some(SUBSCRIBER_QUEUE as i64 + 2)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_idle_subscription_holds_no_buffer() {
+        let hub = Hub::new();
+        let mut sub = hub.subscribe(&["a".into()]);
+        assert_eq!(sub.inbox.held(), (0, 0));
+        hub.publish(&(1..=50).map(|i| frame(i, "a")).collect::<Vec<_>>());
+        assert_eq!(sub.inbox.held().0, 50);
+        while sub.try_recv().is_some() {}
+        assert_eq!(sub.inbox.held(), (0, 0), "drained: no capacity kept");
     }
 
     #[tokio::test]

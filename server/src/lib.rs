@@ -45,6 +45,7 @@ pub mod frames;
 pub mod gateway;
 pub mod hub;
 mod ids;
+pub mod inbox;
 pub mod journal;
 pub mod live;
 pub mod logging;

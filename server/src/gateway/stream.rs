@@ -7,8 +7,11 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -28,6 +31,7 @@ use crate::frames;
 use crate::hub::{Subscription, TailReplay};
 use crate::journal::{Journal, Page, StreamStart};
 use crate::metrics::Metrics;
+use tokio::time::{Instant, Sleep};
 
 /// Events read from the journal per query while replaying.
 const REPLAY_PAGE: usize = 2000;
@@ -106,7 +110,7 @@ pub(crate) async fn stream(
         let left = at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or(Duration::ZERO);
-        Box::pin(tokio::time::sleep(left))
+        Instant::now() + left
     });
     let last_event_id = headers
         .get("last-event-id")
@@ -116,7 +120,7 @@ pub(crate) async fn stream(
         .map(str::to_string);
     let want_snapshot = params.snapshot && last_event_id.is_none();
     let resume = last_event_id.or(params.cursor);
-    let metrics = state.journal.metrics().clone();
+    let metrics = state.journal.metrics();
     let Some(guard) = ConnectionGuard::try_new(metrics.clone(), state.limits.max_streams) else {
         return Err(too_many_streams());
     };
@@ -153,25 +157,24 @@ pub(crate) async fn stream(
         }
     };
     let mut prelude = format!("retry: {RETRY_MS}\n\n");
+    drop(params.sessions);
     let mut pump = Pump {
         pending: VecDeque::new(),
         phase: Phase::Done,
         sub,
         journal: state.journal.clone(),
-        sessions: params.sessions,
         last: 0,
-        heartbeat: None,
-        heartbeat_every: state.limits.heartbeat,
-        last_write: tokio::time::Instant::now(),
-        metrics: metrics.clone(),
-        replayed: 0,
+        timer: None,
         expires,
-        _guard: guard,
+        heartbeat_every: state.limits.heartbeat,
+        last_write: Instant::now(),
+        replayed: 0,
+        guard,
         _client_slot: client_slot,
     };
     match start {
         Err(reason) => {
-            metrics.resync(reason);
+            pump.metrics().resync(reason);
             prelude.push_str(&frames::resync_frame(reason));
         }
         Ok(start) => {
@@ -190,10 +193,7 @@ pub(crate) async fn stream(
         }
     }
     pump.pending.push_front(Bytes::from(prelude));
-    let body = Body::from_stream(futures::stream::unfold(pump, |mut pump| async move {
-        let chunk = pump.next_chunk().await?;
-        Some((Ok::<_, Infallible>(chunk), pump))
-    }));
+    let body = Body::new(pump);
     let mut res = Response::new(body);
     let h = res.headers_mut();
     h.insert(
@@ -300,37 +300,46 @@ impl Drop for ConnectionGuard {
 /// Moves frames from the journal and the live feed to one client, in order, exactly once.
 ///
 /// It is the response body itself, polled by the connection when the socket can take more: no
-/// task or channel of its own, so an idle stream costs its subscription, a timer and this struct.
-/// A client that stops reading stops the polling; its subscription's queue then fills, the hub
-/// flags it lagged, and the next poll goes back to the journal from the last id sent.
+/// task, channel or future of its own, so an idle stream costs its subscription (an empty inbox
+/// in the hub), one timer and this struct, which keeps no buffer while idle. A client that stops
+/// reading stops the polling; its inbox then fills, the hub flags it lagged, and the next poll
+/// goes back to the journal from the last id sent.
 struct Pump {
-    /// Writes ready to go out, in order.
+    /// Writes ready to go out, in order (given back once empty: a live stream writes what its
+    /// inbox had straight from there).
     pending: VecDeque<Bytes>,
     phase: Phase,
+    /// The live feed, and the stream's only copy of its sessions.
     sub: Subscription,
     journal: Journal,
-    sessions: Vec<String>,
     /// The last event id sent or queued in `pending` (or the resume position).
     last: i64,
-    /// Armed once the stream is live.
-    heartbeat: Option<tokio::time::Interval>,
+    /// Armed once the stream is live, for the next heartbeat or the token's expiry, whichever
+    /// comes first (one timer for both).
+    timer: Option<Pin<Box<Sleep>>>,
+    /// When the stream's token expires (never for streams without one).
+    expires: Option<Instant>,
     heartbeat_every: Duration,
     /// When live frames were last queued: a heartbeat goes out only after a period without any
     /// (checked when the timer fires, so sending frames never touches the timer).
-    last_write: tokio::time::Instant,
-    metrics: Arc<Metrics>,
+    last_write: Instant,
     /// Events replayed from the journal before going live.
     replayed: usize,
-    /// Fires when the stream's token expires (never for streams without one).
-    expires: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-    _guard: ConnectionGuard,
+    guard: ConnectionGuard,
     _client_slot: Option<StreamSlot>,
 }
+
+/// A journal read in flight.
+type Read = Pin<
+    Box<dyn Future<Output = crate::error::Result<Result<Page, ResyncReason>>> + Send + 'static>,
+>;
 
 /// What a stream does once `pending` is empty.
 enum Phase {
     /// Read the next page of the journal after `last`.
     CatchUp,
+    /// Waiting for that page (boxed: only a stream catching up holds it).
+    Reading(Read),
     /// Send live frames (and heartbeats).
     Live,
     /// Send a resync event, then end.
@@ -339,10 +348,32 @@ enum Phase {
     Done,
 }
 
+impl http_body::Body for Pump {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        self.get_mut()
+            .poll_chunk(cx)
+            .map(|chunk| chunk.map(|c| Ok(http_body::Frame::data(c))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.phase, Phase::Done) && self.pending.is_empty()
+    }
+}
+
 impl Pump {
+    fn metrics(&self) -> &Arc<Metrics> {
+        &self.guard.0
+    }
+
     /// Queues a page read from the journal (exactly the events after `last`).
     fn take_page(&mut self, page: Page) {
-        self.metrics
+        self.metrics()
             .replayed_events
             .fetch_add(page.events as u64, Ordering::Relaxed);
         self.replayed += page.events;
@@ -351,62 +382,70 @@ impl Pump {
     }
 
     /// The next write of this stream; `None` ends it.
-    async fn next_chunk(&mut self) -> Option<Bytes> {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         loop {
             // Checked before each write, so nothing goes out under an expired token (a chunk
             // holds whole frames: the client resumes after the last one it got).
             if self.token_expired() {
                 self.phase = Phase::Done;
-                self.pending.clear();
-                return Some(Bytes::from(frames::token_expired_frame()));
+                self.pending = VecDeque::new();
+                self.timer = None;
+                return Poll::Ready(Some(Bytes::from(frames::token_expired_frame())));
             }
             if let Some(chunk) = self.pending.pop_front() {
-                return Some(chunk);
+                if self.pending.is_empty() {
+                    self.pending = VecDeque::new();
+                }
+                return Poll::Ready(Some(chunk));
             }
-            match self.phase {
-                Phase::Done => return None,
+            match &mut self.phase {
+                Phase::Done => return Poll::Ready(None),
                 Phase::Resync(reason) => {
-                    self.metrics.resync(reason);
+                    let reason = *reason;
+                    self.metrics().resync(reason);
                     self.phase = Phase::Done;
-                    return Some(Bytes::from(frames::resync_frame(reason)));
+                    return Poll::Ready(Some(Bytes::from(frames::resync_frame(reason))));
                 }
-                Phase::CatchUp => self.catch_up_page().await,
-                Phase::Live => {
-                    if let Some(chunk) = self.live().await {
-                        return Some(chunk);
+                Phase::CatchUp => {
+                    if self.sub.is_closed() {
+                        // Shutting down: the client resumes from what it has.
+                        self.phase = Phase::Done;
+                        continue;
                     }
+                    let journal = self.journal.clone();
+                    let sessions = self.sub.sessions().to_vec();
+                    let after = self.last;
+                    self.phase = Phase::Reading(Box::pin(async move {
+                        journal
+                            .read_after(sessions, after, REPLAY_PAGE, frames::write_event)
+                            .await
+                    }));
                 }
+                Phase::Reading(read) => {
+                    let read = std::task::ready!(read.as_mut().poll(cx));
+                    self.phase = Phase::CatchUp;
+                    self.read_done(read);
+                }
+                Phase::Live => match self.poll_live(cx) {
+                    Poll::Ready(Some(chunk)) => return Poll::Ready(Some(chunk)),
+                    Poll::Ready(None) => {}
+                    Poll::Pending => return Poll::Pending,
+                },
             }
         }
     }
 
     /// Whether the stream's token has expired (checked between writes, so a busy stream ends too).
-    fn token_expired(&mut self) -> bool {
-        match &self.expires {
-            Some(at) if !matches!(self.phase, Phase::Done) => {
-                at.deadline() <= tokio::time::Instant::now()
-            }
+    fn token_expired(&self) -> bool {
+        match self.expires {
+            Some(at) if !matches!(self.phase, Phase::Done) => at <= Instant::now(),
             _ => false,
         }
     }
 
-    /// Reads one page of the journal after `last`; goes live once a page reaches the head.
-    async fn catch_up_page(&mut self) {
-        if self.sub.is_closed() {
-            // Shutting down: the client resumes from what it has.
-            self.phase = Phase::Done;
-            return;
-        }
-        match self
-            .journal
-            .read_after(
-                self.sessions.clone(),
-                self.last,
-                REPLAY_PAGE,
-                frames::write_event,
-            )
-            .await
-        {
+    /// Takes a page of the journal after `last`; goes live once a page reaches the head.
+    fn read_done(&mut self, read: crate::error::Result<Result<Page, ResyncReason>>) {
+        match read {
             Ok(Ok(page)) => {
                 if page.complete {
                     self.phase = Phase::Live;
@@ -421,68 +460,78 @@ impl Pump {
         }
     }
 
-    /// Waits for live frames or a heartbeat. Returns a write, or `None` when frames were queued
-    /// in `pending` or the phase changed (lag: back to the journal; the hub closed on shutdown:
-    /// the end, after every frame queued before it).
-    async fn live(&mut self) -> Option<Bytes> {
+    /// Live frames or a heartbeat. Returns a write, `Ready(None)` when frames were queued in
+    /// `pending` or the phase changed (lag: back to the journal; the hub closed on shutdown: the
+    /// end, after every frame queued before it; the token expired), or `Pending` with the inbox
+    /// and the timer set to wake the stream.
+    fn poll_live(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         if self.replayed > 0 {
-            self.metrics.replays.fetch_add(1, Ordering::Relaxed);
+            self.metrics().replays.fetch_add(1, Ordering::Relaxed);
             self.replayed = 0;
         }
-        let every = self.heartbeat_every;
-        let heartbeat = self.heartbeat.get_or_insert_with(|| {
-            let mut h = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            h.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            h
-        });
-        let expires = &mut self.expires;
-        tokio::select! {
-            frame = self.sub.recv() => {
-                let Some(first) = frame else {
-                    self.phase = Phase::Done;
-                    return None;
-                };
-                // Send whatever is already queued in one write: a burst to many subscribers
-                // then costs one syscall each, not one per event.
+        match self.sub.poll_take(cx) {
+            Poll::Ready(None) => {
+                self.phase = Phase::Done;
+                return Poll::Ready(None);
+            }
+            Poll::Ready(Some(taken)) => {
+                if taken.lagged {
+                    // Frames were dropped after some of those taken: go back to the journal
+                    // (which holds them all) before anything newer; newer frames that arrive
+                    // meanwhile are deduplicated by id.
+                    self.metrics().lag_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    self.phase = Phase::CatchUp;
+                    return Poll::Ready(None);
+                }
+                // Send whatever was queued in one write: a burst to many subscribers then costs
+                // one syscall each, not one per event.
                 let mut batch = Batch::default();
-                let mut next = Some(first);
-                while let Some(frame) = next {
-                    if self.sub.take_lagged() {
-                        // Frames were dropped after some of those queued: send what is batched,
-                        // then go back to the journal (which holds this frame and everything
-                        // dropped) before anything newer; newer queued frames are deduplicated.
-                        self.pending.extend(batch.take());
-                        self.metrics.lag_fallbacks.fetch_add(1, Ordering::Relaxed);
-                        self.phase = Phase::CatchUp;
-                        return None;
-                    }
+                for frame in taken {
                     if frame.seq > self.last {
                         self.last = frame.seq;
                         if let Some(full) = batch.push(&frame) {
                             self.pending.push_back(full);
                         }
                     }
-                    next = self.sub.try_recv();
                 }
-                self.pending.extend(batch.take());
-                self.last_write = tokio::time::Instant::now();
-                None
+                self.last_write = Instant::now();
+                let rest = batch.take();
+                if self.pending.is_empty() {
+                    return Poll::Ready(rest);
+                }
+                self.pending.extend(rest);
+                return Poll::Ready(None);
             }
-            () = async {
-                match expires.as_mut() {
-                    Some(at) => at.as_mut().await,
-                    None => std::future::pending().await,
-                }
-            } => None,
-            _ = heartbeat.tick() => {
-                let quiet_until = self.last_write + every;
-                if quiet_until > tokio::time::Instant::now() {
-                    // Frames went out within the period: no heartbeat needed yet.
-                    heartbeat.reset_at(quiet_until);
-                    return None;
-                }
-                Some(Bytes::from_static(b": heartbeat\n\n"))
-            }
+            Poll::Pending => {}
+        }
+        let every = self.heartbeat_every;
+        let now = Instant::now();
+        let next = self.expires.map_or(now + every, |at| at.min(now + every));
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        if self.expires.is_some_and(|at| at <= now) {
+            return Poll::Ready(None);
+        }
+        // The heartbeat is due, unless frames went out within the period.
+        let quiet_until = self.last_write + every;
+        let (beat, due) = if quiet_until > now {
+            (false, quiet_until)
+        } else {
+            (true, now + every)
+        };
+        let due = self.expires.map_or(due, |at| at.min(due));
+        timer.as_mut().reset(due);
+        if beat {
+            return Poll::Ready(Some(Bytes::from_static(b": heartbeat\n\n")));
+        }
+        // Registers the timer's wake-up at its new deadline.
+        match timer.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => Poll::Ready(None),
         }
     }
 }
