@@ -151,3 +151,46 @@ impl H2Stream {
         }
     }
 }
+
+/// What one idle HTTP/2 + TLS connection and one stream on it hold in the server, by part: the
+/// server's RSS step by step as `conn-parts` (a binary of this crate, next to this one) measures
+/// it, bytes each.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Parts {
+    /// rustls and tokio-rustls between records.
+    pub tls: f64,
+    /// h2's codec (read and write buffers, HPACK), its stream store, hyper's connection, the
+    /// connection's task.
+    pub h2_connection: f64,
+    /// h2's stream, hyper's stream task and the response body.
+    pub stream: f64,
+}
+
+impl Parts {
+    /// Runs `conn-parts` and reads its line.
+    pub fn measure() -> Result<Parts> {
+        let exe = std::env::current_exe()?;
+        let bin = exe.with_file_name("conn-parts");
+        let out = std::process::Command::new(&bin)
+            .output()
+            .with_context(|| format!("run {}", bin.display()))?;
+        if !out.status.success() {
+            bail!(
+                "{} failed: {}",
+                bin.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(serde_json::from_slice(&out.stdout)?)
+    }
+
+    /// The cell: each part in KB.
+    pub fn cell(&self) -> String {
+        format!(
+            "made of (server RSS step by step, `conn-parts`): TLS {:.1} KB (rustls, tokio-rustls) + HTTP/2 connection {:.1} KB (h2's buffers and HPACK, hyper's connection, its task) + HTTP/2 stream {:.1} KB (h2's stream, hyper's stream task, the body; a connection's first stream), turnstream's stream state on top",
+            self.tls / 1000.0,
+            self.h2_connection / 1000.0,
+            self.stream / 1000.0
+        )
+    }
+}

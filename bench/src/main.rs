@@ -56,8 +56,8 @@ enum Cmd {
     Compare(Opts),
     /// Figure 7: streams the server holds for N tabs of one origin in headless Chromium.
     Tabs(Opts),
-    /// Figure 8: 100,000 idle streams on one node (HTTP/1.1): memory per stream, time to open
-    /// them, delivery of a message to 1,000 of them.
+    /// Figure 8: 100,000 idle streams on one node (HTTP/1.1, and HTTP/2 + TLS at 100 streams per
+    /// connection): memory per stream, time to open them, delivery of a message to 1,000 of them.
     Scale(Opts),
     /// The in-memory ring-buffer baseline server (started by the bench itself).
     #[command(hide = true)]
@@ -164,37 +164,19 @@ async fn scale_figure(opts: Opts) -> Result<()> {
     } else {
         (100_000, 1_000)
     };
-    let result = scale::run(n, sample, fds).await;
-    procs::kill_all();
-    let mut f = result?;
-    let mut out =
-        String::from("| figure 8: idle streams on one node (HTTP/1.1) | turnstream |\n|---|---|\n");
-    out.push_str(&format!(
-        "| streams open | {} of {} asked{} |\n",
-        f.opened,
-        f.wanted,
-        f.capped_by
-            .as_deref()
-            .map(|c| format!(" (capped by {c})"))
-            .unwrap_or_default()
-    ));
-    out.push_str(&format!(
-        "| time to open them all | {} ms ({:.0} streams/s) |\n",
-        stats::dur_ms(f.open_time),
-        f.opened as f64 / f.open_time.as_secs_f64().max(1e-6)
-    ));
-    out.push_str(&format!(
-        "| server RSS per idle stream | {:.2} KB (RSS {} → {} MiB) |\n",
-        f.bytes_per_stream / 1000.0,
-        f.rss_before_kib / 1024,
-        f.rss_after_kib / 1024
-    ));
-    out.push_str(&format!(
-        "| a message to {} random sessions: delivery p50 / p99 | {} |\n",
-        f.sample,
-        f.delivery.p50_p99()
-    ));
-    out.push_str(&format!("| lost | {} of {} |\n", f.lost, f.sample));
+    let mut runs = Vec::new();
+    for transport in [
+        scale::Transport::Http1,
+        scale::Transport::H2 {
+            per_conn: scale::H2_STREAMS_PER_CONN,
+        },
+    ] {
+        eprintln!("scale: {transport:?}");
+        let result = scale::run(n, sample, fds, transport).await;
+        procs::kill_all();
+        runs.push(result?);
+    }
+    let out = scale::table(&mut runs);
     println!("{out}");
     let path = opts
         .out
@@ -203,8 +185,15 @@ async fn scale_figure(opts: Opts) -> Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&path, out)?;
-    if f.lost > 0 {
-        anyhow::bail!("{} of {} messages were not delivered", f.lost, f.sample);
+    for f in &runs {
+        if f.lost > 0 {
+            anyhow::bail!(
+                "{:?}: {} of {} messages were not delivered",
+                f.transport,
+                f.lost,
+                f.sample
+            );
+        }
     }
     Ok(())
 }

@@ -749,6 +749,10 @@ async fn figure_idle_h2(sizes: &Sizes, conns: usize, plain: (f64, f64), rows: &m
         "plain HTTP/1.1 (above): {:.1} KB",
         plain.0 / 1000.0
     ));
+    mem.comparisons.push(match h2client::Parts::measure() {
+        Ok(parts) => parts.cell(),
+        Err(e) => format!("parts: failed: {e:#}"),
+    });
     burst
         .comparisons
         .push(format!("plain HTTP/1.1 (above): {}/s", thousands(plain.1)));

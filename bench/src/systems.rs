@@ -103,6 +103,11 @@ impl System {
         Self::turnstream_with(None, &[], Some(mode)).await
     }
 
+    /// [`System::turnstream_h2`] with more arguments to `turnstream serve`.
+    pub async fn turnstream_h2_with(mode: h2client::Mode, extra: &[&str]) -> Result<System> {
+        Self::turnstream_with(None, extra, Some(mode)).await
+    }
+
     async fn turnstream_with(
         database_url: Option<&str>,
         extra: &[&str],

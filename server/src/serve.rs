@@ -20,6 +20,7 @@
 //! is on the path: a plain connection costs what it did.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -232,7 +233,13 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let stream = match tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(tcp)).await {
+    // Boxed: the handshake's state (a whole rustls connection and a timer) is freed once it is
+    // done, not kept in this task's future for as long as the connection lives.
+    let handshake = Box::pin(tokio::time::timeout(
+        tls.handshake_timeout,
+        tls.acceptor.accept(tcp),
+    ));
+    let stream = match handshake.await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "TLS handshake failed");
@@ -294,9 +301,10 @@ where
                 })
             }
         });
-    let conn = tls
-        .http2
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc));
+    let conn = tls.http2.serve_connection(
+        TokioIo::new(stream),
+        BoxedCall(TowerToHyperService::new(svc)),
+    );
     tokio::pin!(conn);
     let idle = tls.handshake_timeout;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + idle, idle);
@@ -320,6 +328,28 @@ where
     };
     drop(watcher);
     result
+}
+
+/// A hyper service whose calls' futures are boxed. hyper's HTTP/2 connection runs each stream
+/// as a task that holds the service's future or the response body (an enum of the two), so an
+/// unboxed future (the request, the router's routing, the service stack) is paid for by every
+/// open stream for as long as its body lives; boxed, it is a pointer, its box freed once the
+/// response is there.
+#[derive(Clone)]
+struct BoxedCall<S>(S);
+
+impl<S, R> hyper::service::Service<R> for BoxedCall<S>
+where
+    S: hyper::service::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn call(&self, req: R) -> Self::Future {
+        Box::pin(self.0.call(req))
+    }
 }
 
 /// Requests of one HTTP/2 connection in progress, and whether one started since the last look.
