@@ -4,10 +4,10 @@
 
 use std::rc::Rc;
 
+use crate::browser::spawn_local;
 use js_sys::{Function, Object, Promise};
 use turnstream_protocol::{ErrorDetail, RawJson};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::spawn_local;
 
 use super::{set, Client};
 use crate::browser::http::HttpError;

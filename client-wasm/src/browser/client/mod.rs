@@ -10,9 +10,9 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use crate::browser::spawn_local;
 use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::spawn_local;
 use web_sys::console;
 
 use super::auth::Auth;

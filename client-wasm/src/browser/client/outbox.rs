@@ -3,8 +3,8 @@
 
 use std::rc::Rc;
 
+use crate::browser::spawn_local;
 use turnstream_protocol::{Attachment, ErrorDetail, OnBusy, PostMessageResponse};
-use wasm_bindgen_futures::spawn_local;
 
 use super::Client;
 use crate::browser::env;
