@@ -95,12 +95,17 @@ fn list<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Vec<
 /// The elements of an array, each read by `item`. A plain loop: `collect` into an `Option`
 /// brings a family of iterator adapters into the package for each element type.
 fn items_of<V: Value, T>(v: &V, item: fn(&V) -> Option<T>) -> Option<Vec<T>> {
-    let items = v.items()?;
-    let mut out = Vec::with_capacity(items.len());
-    for x in &items {
-        out.push(item(x)?);
+    let mut out = Vec::new();
+    each(v, &mut |x| item(x).map(|t| out.push(t)).is_some()).then_some(out)
+}
+
+/// Calls `f` on each element of the array `v` until it returns false; false when `v` is not an
+/// array or `f` returned false. Not generic over the element type, unlike [`items_of`].
+fn each<V: Value>(v: &V, f: &mut dyn FnMut(&V) -> bool) -> bool {
+    match v.items() {
+        Some(items) => items.iter().all(f),
+        None => false,
     }
-    Some(out)
 }
 
 fn opt<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Option<T>> {
