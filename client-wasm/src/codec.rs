@@ -88,7 +88,23 @@ fn boolean<V: Value>(v: &V, key: &str) -> Option<bool> {
 fn list<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Vec<T>> {
     match v.get(key) {
         None => Some(Vec::new()),
-        Some(x) => x.items()?.iter().map(item).collect(),
+        Some(x) => items_of(&x, item),
+    }
+}
+
+/// The elements of an array, each read by `item`. A plain loop: `collect` into an `Option`
+/// brings a family of iterator adapters into the package for each element type.
+fn items_of<V: Value, T>(v: &V, item: fn(&V) -> Option<T>) -> Option<Vec<T>> {
+    let mut out = Vec::new();
+    each(v, &mut |x| item(x).map(|t| out.push(t)).is_some()).then_some(out)
+}
+
+/// Calls `f` on each element of the array `v` until it returns false; false when `v` is not an
+/// array or `f` returned false. Not generic over the element type, unlike [`items_of`].
+fn each<V: Value>(v: &V, f: &mut dyn FnMut(&V) -> bool) -> bool {
+    match v.items() {
+        Some(items) => items.iter().all(f),
+        None => false,
     }
 }
 
@@ -116,7 +132,7 @@ fn raw<V: Value>(v: &V, key: &str) -> RawJson {
 }
 
 fn strings_of<V: Value>(v: &V) -> Option<Vec<String>> {
-    v.items()?.iter().map(Value::string).collect()
+    items_of(v, Value::string)
 }
 
 // ----- enums: the protocol's own names (`as_str`, `parse`), and the SDK's -----
@@ -556,20 +572,7 @@ pub fn relay<V: Value>(v: &V) -> Option<Relay> {
     Some(match string(v, "t")?.as_str() {
         "state" => Relay::State {
             generation: int(v, "gen")?,
-            streams: v
-                .get("streams")?
-                .items()?
-                .iter()
-                .map(|s| {
-                    Some(StreamState {
-                        sid: string(s, "sid")?,
-                        sessions: strings(s, "sessions")?,
-                        from: string(s, "from")?,
-                        last: opt_string(s, "last")?,
-                        open: boolean(s, "open")?,
-                    })
-                })
-                .collect::<Option<_>>()?,
+            streams: items_of(&v.get("streams")?, stream_state)?,
             hidden: boolean(v, "hidden")?,
         },
         "frame" => Relay::Frame {
@@ -582,23 +585,30 @@ pub fn relay<V: Value>(v: &V) -> Option<Relay> {
         "want" => Relay::Want {
             tab: string(v, "tab")?,
             generation: int(v, "gen")?,
-            wants: v
-                .get("wants")?
-                .items()?
-                .iter()
-                .map(|w| {
-                    Some(Want {
-                        session: string(w, "session")?,
-                        pos: string(w, "pos")?,
-                        covered: opt_string(w, "covered")?,
-                    })
-                })
-                .collect::<Option<_>>()?,
+            wants: items_of(&v.get("wants")?, want)?,
         },
         "bye" => Relay::Bye {
             tab: string(v, "tab")?,
         },
         _ => return None,
+    })
+}
+
+fn stream_state<V: Value>(s: &V) -> Option<StreamState> {
+    Some(StreamState {
+        sid: string(s, "sid")?,
+        sessions: strings(s, "sessions")?,
+        from: string(s, "from")?,
+        last: opt_string(s, "last")?,
+        open: boolean(s, "open")?,
+    })
+}
+
+fn want<V: Value>(w: &V) -> Option<Want> {
+    Some(Want {
+        session: string(w, "session")?,
+        pos: string(w, "pos")?,
+        covered: opt_string(w, "covered")?,
     })
 }
 

@@ -3,13 +3,13 @@
 
 use std::rc::Rc;
 
+use crate::browser::future_to_promise;
 use js_sys::{Array, Function, Promise, Reflect};
 use turnstream_protocol::limits::{
     is_valid_id, DEFAULT_HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_HISTORY_LIMIT,
 };
 use turnstream_protocol::{Attachment, OnBusy, RawJson, RequestKind};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::client::{coded_error, Client, Options};
 use crate::codec::{write_str, Obj};

@@ -1,6 +1,8 @@
 //! The REST calls of contract v1, over the global `fetch`. Every answer is read into the protocol
 //! crate's types by [`crate::codec`]; nothing from the network is unwrapped.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 
 use js_sys::{Function, Object, Promise, Reflect};
@@ -64,23 +66,22 @@ fn enc(s: &str) -> String {
 impl Endpoint {
     /// One request, with the app's token when it gave `getToken`; on a `401`, once more with a
     /// fresh token.
-    async fn send(
-        &self,
-        method: &str,
-        url: &str,
-        body: Option<&str>,
-    ) -> Result<Response, HttpError> {
-        let Some(auth) = &self.auth else {
-            return fetch(method, url, body, None).await;
-        };
-        let token = auth.token().await;
-        match fetch(method, url, body, token.as_deref()).await {
-            Err(HttpError::Status { status: 401, .. }) => {
-                let token = auth.renew().await;
-                fetch(method, url, body, token.as_deref()).await
+    ///
+    /// Boxed: each request's future holds this one instead of a copy of its code.
+    fn send<'a>(&'a self, method: &'a str, url: &'a str, body: Option<&'a str>) -> Reply<'a> {
+        Box::pin(async move {
+            let Some(auth) = &self.auth else {
+                return fetch(method, url, body, None).await;
+            };
+            let token = auth.token().await;
+            match fetch(method, url, body, token.as_deref()).await {
+                Err(HttpError::Status { status: 401, .. }) => {
+                    let token = auth.renew().await;
+                    fetch(method, url, body, token.as_deref()).await
+                }
+                other => other,
             }
-            other => other,
-        }
+        })
     }
 
     fn url(&self, parts: &[&str]) -> String {
@@ -280,6 +281,15 @@ async fn text(resp: &Response) -> Result<String, HttpError> {
 }
 
 async fn decode<T>(resp: Response, read: fn(&JsValue) -> Option<T>) -> Result<T, HttpError> {
-    let text = text(&resp).await?;
-    json::read(&text, read).ok_or(HttpError::Decode)
+    read(&body_json(resp).await?).ok_or(HttpError::Decode)
 }
+
+/// The body of `resp`, parsed. Boxed, as [`Endpoint::send`].
+fn body_json(resp: Response) -> Pin<Box<dyn Future<Output = Result<JsValue, HttpError>>>> {
+    Box::pin(async move {
+        let text = text(&resp).await?;
+        json::parse(&text).ok_or(HttpError::Decode)
+    })
+}
+
+type Reply<'a> = Pin<Box<dyn Future<Output = Result<Response, HttpError>> + 'a>>;

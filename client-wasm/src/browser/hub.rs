@@ -15,8 +15,8 @@
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
+use crate::browser::spawn_local;
 use js_sys::Function;
-use wasm_bindgen_futures::spawn_local;
 use web_sys::console;
 
 use super::auth::Auth;

@@ -42,5 +42,10 @@ impl Value for JsValue {
 
 /// Parses `text` and reads it with `read`; `None` when either fails.
 pub(crate) fn read<T>(text: &str, read: fn(&JsValue) -> Option<T>) -> Option<T> {
-    read(&js_sys::JSON::parse(text).ok()?)
+    read(&parse(text)?)
+}
+
+/// `JSON.parse(text)`; `None` when it throws.
+pub(crate) fn parse(text: &str) -> Option<JsValue> {
+    js_sys::JSON::parse(text).ok()
 }

@@ -2,9 +2,10 @@
 //! for as long as a tab leads. The browser hands it to the next tab in line when the leader
 //! closes or crashes; a tab whose leader went quiet can take it (`steal`).
 
+use crate::browser::spawn_local;
 use js_sys::{Function, Object, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::{spawn_local, JsFuture};
+use wasm_bindgen_futures::JsFuture;
 
 fn locks() -> Option<(JsValue, Function)> {
     let nav = Reflect::get(&js_sys::global(), &JsValue::from_str("navigator")).ok()?;

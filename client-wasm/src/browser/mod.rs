@@ -18,3 +18,22 @@ mod storage;
 mod stream;
 
 pub use api::{ChatClient, SendOptions};
+
+use std::future::Future;
+use std::pin::Pin;
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+type Call = Pin<Box<dyn Future<Output = Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue>>>>;
+
+/// Runs `task` on the page's event loop. Boxed here so that the executor's code is in the
+/// package once rather than once per task.
+pub(crate) fn spawn_local(task: impl Future<Output = ()> + 'static) {
+    wasm_bindgen_futures::spawn_local(Box::pin(task) as Task);
+}
+
+/// The promise of a method that runs `call`; boxed for the same reason as [`spawn_local`].
+pub(crate) fn future_to_promise(
+    call: impl Future<Output = Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue>> + 'static,
+) -> js_sys::Promise {
+    wasm_bindgen_futures::future_to_promise(Box::pin(call) as Call)
+}

@@ -4,10 +4,10 @@
 
 use std::rc::Rc;
 
+use crate::browser::spawn_local;
 use js_sys::{Function, Object, Promise};
 use turnstream_protocol::{ErrorDetail, RawJson};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::spawn_local;
 
 use super::{set, Client};
 use crate::browser::http::HttpError;
@@ -72,7 +72,7 @@ impl Client {
             }
             return promise;
         }
-        self.update(|c| c.answer_local(&turn_id, &request_id, &answer, false));
+        self.update(&mut |c| c.answer_local(&turn_id, &request_id, &answer, false));
         self.broadcast(&TabMessage::Answer {
             session_id: self.endpoint.session_id.clone(),
             turn_id,
@@ -97,7 +97,7 @@ impl Client {
             .await
         {
             Ok(_) => {
-                self.update(|c| c.answer_posted(&a.turn_id, &a.request_id));
+                self.update(&mut |c| c.answer_posted(&a.turn_id, &a.request_id));
                 self.settle(&a.turn_id, &a.request_id, None);
                 self.broadcast(&TabMessage::Answer {
                     session_id: self.endpoint.session_id.clone(),
@@ -120,10 +120,10 @@ impl Client {
                 PostOutcome::Conflict | PostOutcome::Rejected => {
                     if error.code == "input_already_given" {
                         if let Some(given) = json::read(&body, codec::input_given) {
-                            self.update(|c| c.apply_given(&a.turn_id, &given));
+                            self.update(&mut |c| c.apply_given(&a.turn_id, &given));
                         }
                     }
-                    self.update(|c| c.drop_answer(&a.turn_id, &a.request_id));
+                    self.update(&mut |c| c.drop_answer(&a.turn_id, &a.request_id));
                     self.settle(&a.turn_id, &a.request_id, Some(&error));
                     None
                 }

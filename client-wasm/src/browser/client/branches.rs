@@ -8,7 +8,7 @@
 
 use std::rc::Rc;
 
-use wasm_bindgen_futures::spawn_local;
+use crate::browser::spawn_local;
 
 use super::{warn, Client};
 use crate::browser::env;
@@ -22,7 +22,7 @@ impl Client {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
         let mut parent = None;
-        let shown = self.update(|c| {
+        let shown = self.update(&mut |c| {
             let r = c.edit_local(key, &client_message_id, &content, created_at);
             parent = c.next_to_post(|id| id == client_message_id);
             r.unwrap_or(false)
@@ -86,7 +86,7 @@ impl Client {
                 .regenerate(&action.target, &action.id)
                 .await
                 .map(|r| {
-                    self.update(|c| c.apply_regenerate(&r));
+                    self.update(&mut |c| c.apply_regenerate(&r));
                 })
         } else {
             self.endpoint.switch_branch(&action.target).await
@@ -125,7 +125,7 @@ impl Client {
         spawn_local(async move {
             match me.endpoint.history(me.history_limit, None).await {
                 Ok((history, _)) => {
-                    me.update(|c| c.apply_history(&history));
+                    me.update(&mut |c| c.apply_history(&history));
                 }
                 Err(e) => {
                     warn("could not read the branch", &e.message());

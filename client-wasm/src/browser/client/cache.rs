@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use wasm_bindgen_futures::spawn_local;
+use crate::browser::spawn_local;
 
 use super::{warn, Client};
 use crate::browser::env::{self, GlobalListener, Waker};

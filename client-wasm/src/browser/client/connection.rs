@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use wasm_bindgen_futures::spawn_local;
+use crate::browser::spawn_local;
 
 use super::{warn, Client};
 use crate::browser::env::{self, GlobalListener};
@@ -45,7 +45,7 @@ impl Client {
             let cursor = match self.endpoint.history(self.history_limit, None).await {
                 Ok((history, cursor)) => {
                     attempt = 0;
-                    self.update(|c| c.apply_history(&history));
+                    self.update(&mut |c| c.apply_history(&history));
                     self.check_turns();
                     cursor
                 }
@@ -60,7 +60,7 @@ impl Client {
                             error,
                             ..
                         } => {
-                            self.update(|c| c.set_unauthorized(error));
+                            self.update(&mut |c| c.set_unauthorized(error));
                         }
                         _ => self.set_connection(self.unreachable()),
                     }
@@ -78,7 +78,7 @@ impl Client {
                     } else {
                         barren_resyncs.saturating_add(1)
                     };
-                    self.update(|c| c.mark_gap() | c.set_connection(Connection::Resyncing));
+                    self.update(&mut |c| c.mark_gap() | c.set_connection(Connection::Resyncing));
                 }
                 Exit::Closed => return,
             }
@@ -123,12 +123,12 @@ impl Client {
             }
             Signal::Snapshot(s) => {
                 self.delivered.set(true);
-                self.update(|c| c.apply_snapshot_placed(&s.0, &s.1));
+                self.update(&mut |c| c.apply_snapshot_placed(&s.0, &s.1));
                 self.check_turns();
             }
             Signal::Event(e, _) => {
                 self.delivered.set(true);
-                self.update(|c| c.apply_event(&e));
+                self.update(&mut |c| c.apply_event(&e));
                 self.reread_branch();
             }
             Signal::Resync(r) => {
@@ -200,7 +200,7 @@ impl Client {
             spawn_local(async move {
                 match me.endpoint.turn(&turn_id).await {
                     Ok(info) => {
-                        me.update(|c| c.apply_turn_info(&turn_id, info.as_ref()));
+                        me.update(&mut |c| c.apply_turn_info(&turn_id, info.as_ref()));
                         me.broadcast(&TabMessage::Recovered {
                             session_id: me.endpoint.session_id.clone(),
                             turn_id,

@@ -10,9 +10,9 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
+use crate::browser::spawn_local;
 use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::spawn_local;
 use web_sys::console;
 
 use super::auth::Auth;
@@ -134,13 +134,13 @@ impl Client {
                             .filter(|u| u.status == crate::reducer::entry::UserStatus::Sending)
                             .map(|u| u.key.clone()),
                     );
-                    client.update(|c| c.apply_cache(&rec));
+                    client.update(&mut |c| c.apply_cache(&rec));
                 }
             }
             Err(e) => warn("could not read the cache", &e),
         }
         if !env::online() {
-            client.update(|c| c.set_connection(Connection::Offline));
+            client.update(&mut |c| c.set_connection(Connection::Offline));
         }
         client.open_channel();
         let weak = Rc::downgrade(&client);
@@ -164,7 +164,7 @@ impl Client {
     }
     // ----- the view -----
 
-    pub(super) fn update(self: &Rc<Self>, f: impl FnOnce(&mut Conversation) -> bool) -> bool {
+    pub(super) fn update(self: &Rc<Self>, f: &mut dyn FnMut(&mut Conversation) -> bool) -> bool {
         let changed = f(&mut self.conv.borrow_mut());
         if changed {
             self.changed();
@@ -174,7 +174,7 @@ impl Client {
 
     pub(super) fn set_connection(self: &Rc<Self>, c: Connection) {
         if !self.closed.get() {
-            self.update(|conv| conv.set_connection(c));
+            self.update(&mut |conv| conv.set_connection(c));
         }
     }
 
@@ -219,7 +219,7 @@ impl Client {
         if self.closed.get() {
             return;
         }
-        self.update(|c| c.set_connection(Connection::Closed));
+        self.update(&mut |c| c.set_connection(Connection::Closed));
         self.closed.set(true);
         self.membership.borrow_mut().take();
         self.channel.borrow_mut().take();

@@ -17,7 +17,7 @@ impl Client {
             .await
             .map_err(|e| e.message())?;
         let mut added = 0;
-        self.update(|c| {
+        self.update(&mut |c| {
             let revision = c.revision();
             added = c.apply_older(&page);
             c.revision() != revision

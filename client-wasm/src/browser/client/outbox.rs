@@ -3,8 +3,8 @@
 
 use std::rc::Rc;
 
+use crate::browser::spawn_local;
 use turnstream_protocol::{Attachment, ErrorDetail, OnBusy, PostMessageResponse};
-use wasm_bindgen_futures::spawn_local;
 
 use super::Client;
 use crate::browser::env;
@@ -25,7 +25,7 @@ impl Client {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
         self.own.borrow_mut().add(client_message_id.clone());
-        self.update(|c| {
+        self.update(&mut |c| {
             c.send_local(
                 &client_message_id,
                 &content,
@@ -162,7 +162,7 @@ impl Client {
     }
 
     pub(super) fn accepted(self: &Rc<Self>, resp: &PostMessageResponse) {
-        self.update(|c| c.apply_post_response(resp));
+        self.update(&mut |c| c.apply_post_response(resp));
         self.broadcast(&TabMessage::Posted {
             session_id: self.endpoint.session_id.clone(),
             response: resp.clone(),
@@ -170,7 +170,7 @@ impl Client {
     }
 
     pub(super) fn rejected(self: &Rc<Self>, client_message_id: &str, error: ErrorDetail) {
-        self.update(|c| c.reject(client_message_id, &error));
+        self.update(&mut |c| c.reject(client_message_id, &error));
         self.broadcast(&TabMessage::Rejected {
             session_id: self.endpoint.session_id.clone(),
             client_message_id: client_message_id.to_owned(),
@@ -182,7 +182,7 @@ impl Client {
     /// posted by a sibling), that settles it; otherwise the id is taken and ours cannot be sent.
     pub(super) async fn conflict(self: &Rc<Self>, client_message_id: &str, error: ErrorDetail) {
         if let Ok((history, _)) = self.endpoint.history(self.history_limit, None).await {
-            self.update(|c| c.apply_history(&history));
+            self.update(&mut |c| c.apply_history(&history));
         }
         if self.conv.borrow().is_sending(client_message_id) {
             self.rejected(client_message_id, error);

@@ -17,7 +17,7 @@ impl Client {
                 if me.closed.get() {
                     return;
                 }
-                me.update(|c| msg.apply(c));
+                me.update(&mut |c| msg.apply(c));
                 if matches!(
                     msg,
                     TabMessage::Optimistic { .. } | TabMessage::Answer { .. }
