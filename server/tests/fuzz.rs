@@ -259,7 +259,14 @@ async fn case(
             None,
         )
         .await?;
-        check(&sv.http, M::POST, format!("{u}/api/turns/{t}/input"), auth, b()).await?;
+        check(
+            &sv.http,
+            M::POST,
+            format!("{u}/api/turns/{t}/input"),
+            auth,
+            b(),
+        )
+        .await?;
         check(
             &sv.http,
             M::POST,
