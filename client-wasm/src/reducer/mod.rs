@@ -346,7 +346,8 @@ impl Conversation {
 
     /// A snapshot with where its active turns' replies go (`places`, by turn): a turn that
     /// writes a new version of a message (a regeneration, an edit's reply) is shown as that
-    /// version at once, and its reply becomes the leaf unless a later position placed one.
+    /// version at once. The leaf is left to the journal and history: a snapshot cannot tell
+    /// whether a switch it skipped moved the leaf after the turn was queued.
     pub fn apply_snapshot_placed(&mut self, s: &Snapshot, places: &[TurnPlace]) -> bool {
         let Some(seq) = self.position(&s.cursor) else {
             return false;
@@ -376,11 +377,6 @@ impl Conversation {
                 let unread = self.branch_unread;
                 changed |= self.place_turn(&at.turn_id, Some(reply), Some(parent), seq);
                 self.branch_unread = unread;
-                // Its `turn_queued` made it the leaf; a leaf read at this very position is
-                // newer news (a switch since).
-                if self.leaf.as_ref().is_none_or(|(_, at)| *at < seq) {
-                    changed |= self.move_leaf(reply, seq);
-                }
             }
         }
         // A turn we think is open, started at or before the snapshot, but not in it: it ended
