@@ -20,8 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-
+pub use crate::frame::Frame;
 use crate::inbox::Inbox;
 pub use crate::inbox::{Taken, SUBSCRIBER_QUEUE};
 use crate::metrics::Metrics;
@@ -74,28 +73,7 @@ fn shrink_if_sparse<T>(queue: &mut VecDeque<T>) {
     }
 }
 
-/// One committed event, encoded once as an SSE frame and shared by every subscriber.
-#[derive(Debug)]
-pub struct Frame {
-    pub seq: i64,
-    pub session_id: String,
-    pub bytes: Bytes,
-}
-
 impl Frame {
-    /// A frame of `session_id` at `seq` from its encoded SSE text. The text's buffer becomes the
-    /// frame's bytes as it is when it has no spare capacity (`sse::encode` makes it so); else it
-    /// is shrunk first, since spare capacity would stay allocated for the frame's whole life.
-    pub fn new(seq: i64, session_id: &str, sse: String) -> Frame {
-        let mut bytes = sse.into_bytes();
-        bytes.shrink_to_fit();
-        Frame {
-            seq,
-            session_id: session_id.to_string(),
-            bytes: bytes.into(),
-        }
-    }
-
     /// What the frame really takes from the heap while the tail holds it: its bytes and its
     /// session id as allocated, the shared frame and its queue slots, plus an eighth for the
     /// allocator's fragmentation (frames of mixed sizes leave first-in-first-out and their holes
@@ -479,6 +457,7 @@ impl Drop for Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn frame(seq: i64, session: &str) -> Arc<Frame> {
         Arc::new(Frame {
@@ -734,6 +713,7 @@ mod model_tests {
     //! its position (then the live ones), and never a position retention removed.
 
     use super::*;
+    use bytes::Bytes;
     use proptest::prelude::*;
 
     #[derive(Debug, Clone)]

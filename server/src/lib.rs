@@ -22,7 +22,8 @@
 //!   stream reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed
 //!   to a [`journal::FanOut`].
 //! - [`live`]: the fan-out the server uses: encodes each committed event once and hands it to
-//!   the [`hub`], which delivers it to subscribers (with lag detection) and keeps the replay tail.
+//!   the [`hub`], which delivers it to subscribers (with lag detection) and keeps the replay tail:
+//!   a [`frame::Frame`] each, into each subscriber's [`inbox`].
 //! - [`frames`]: SSE framing, in one place (live, replay and the stream's own events).
 //! - [`auth`]: tokens and service keys; [`metrics`]: the Prometheus counters.
 //! - [`config`]: command-line and environment configuration, mapped to each component's options.
@@ -41,6 +42,7 @@ pub mod clock;
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod frame;
 pub mod frames;
 pub mod gateway;
 pub mod hub;

@@ -1,0 +1,27 @@
+//! One committed event as the hub shares it: encoded once as an SSE frame, kept in the replay
+//! tail and handed to every subscriber's inbox.
+
+use bytes::Bytes;
+
+/// One committed event, encoded once as an SSE frame and shared by every subscriber.
+#[derive(Debug)]
+pub struct Frame {
+    pub seq: i64,
+    pub session_id: String,
+    pub bytes: Bytes,
+}
+
+impl Frame {
+    /// A frame of `session_id` at `seq` from its encoded SSE text. The text's buffer becomes the
+    /// frame's bytes as it is when it has no spare capacity (`sse::encode` makes it so); else it
+    /// is shrunk first, since spare capacity would stay allocated for the frame's whole life.
+    pub fn new(seq: i64, session_id: &str, sse: String) -> Frame {
+        let mut bytes = sse.into_bytes();
+        bytes.shrink_to_fit();
+        Frame {
+            seq,
+            session_id: session_id.to_string(),
+            bytes: bytes.into(),
+        }
+    }
+}
