@@ -235,8 +235,9 @@ pub fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir> {
         .tempdir_in(bench_dir()?.join("tmp"))?)
 }
 
-/// The release `turnstream` binary, built first (a no-op when it is up to date), or the binary
-/// named by `TURNSTREAM_BENCH_SERVER` (to measure a patched server side by side, unbuilt).
+/// The release `turnstream` binary, built first (a no-op when it is up to date) together with
+/// the bench's `conn-parts` (figure 3 starts it), or the binary named by
+/// `TURNSTREAM_BENCH_SERVER` (to measure a patched server side by side, unbuilt).
 pub fn turnstream_binary() -> Result<PathBuf> {
     if let Some(bin) = std::env::var_os("TURNSTREAM_BENCH_SERVER") {
         let bin = PathBuf::from(bin);
@@ -246,7 +247,19 @@ pub fn turnstream_binary() -> Result<PathBuf> {
         return Ok(bin);
     }
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "-q", "-p", "turnstream-server"])
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "turnstream-server",
+            "-p",
+            "turnstream-bench",
+            "--bin",
+            "turnstream",
+            "--bin",
+            "conn-parts",
+        ])
         .current_dir(workspace_root())
         .status()
         .context("cannot run cargo to build the server")?;
