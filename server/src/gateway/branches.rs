@@ -7,10 +7,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use turnstream_protocol::limits::is_valid_id;
 use turnstream_protocol::{OnBusy, RegenerateRequest, SwitchBranchRequest};
 
-use super::{access, admit_turn_write, id_param, AppError, AppState, Peer};
+use super::{access, admit_turn_write, body_id, id_param, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope};
 use crate::journal::Admission;
 
@@ -31,12 +30,11 @@ pub(super) async fn regenerate(
     // The body is optional; one that is sent is read as any other (and refused as any other).
     let req = body?.map(|Json(b)| b).unwrap_or_default();
     if let Some(crid) = &req.client_request_id {
-        if !is_valid_id(crid) {
-            return Err(AppError::bad_request(
-                "invalid_client_request_id",
-                "client_request_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
-            ));
-        }
+        body_id(
+            crid,
+            "invalid_client_request_id",
+            "client_request_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
+        )?;
     }
     let client = match admit_turn_write(&state, &principal, &peer) {
         Ok(client) => client,
@@ -77,12 +75,11 @@ pub(super) async fn switch_branch(
     let session = id_param(session, "invalid_session_id", "session")?;
     access::require(&principal, Scope::Write, &session)?;
     let Json(req) = body?;
-    if !is_valid_id(&req.leaf_id) {
-        return Err(AppError::bad_request(
-            "invalid_leaf_id",
-            "leaf_id is a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
-        ));
-    }
+    body_id(
+        &req.leaf_id,
+        "invalid_leaf_id",
+        "leaf_id is a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
+    )?;
     let switched = state.journal.switch_branch(&session, &req.leaf_id).await?;
     Ok(Json(switched).into_response())
 }

@@ -7,10 +7,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use turnstream_protocol::attachment::{check_attachments, AttachmentError};
-use turnstream_protocol::limits::{is_valid_id, MAX_CONTENT_BYTES};
+use turnstream_protocol::limits::MAX_CONTENT_BYTES;
 use turnstream_protocol::{OnBusy, PostMessageRequest};
 
-use super::{access, admit_turn_write, id_param, AppError, AppState, Peer};
+use super::{access, admit_turn_write, body_id, id_param, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope, MAX_SUB_BYTES};
 use crate::journal::{Admission, NewMessage};
 
@@ -52,20 +52,18 @@ pub(super) async fn post_message(
         return Err(AppError::new(status, e.code(), e.to_string()));
     }
     if let Some(Some(parent)) = &req.parent_id {
-        if !is_valid_id(parent) {
-            return Err(AppError::bad_request(
-                "invalid_parent_id",
-                "parent_id is null or a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
-            ));
-        }
+        body_id(
+            parent,
+            "invalid_parent_id",
+            "parent_id is null or a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
+        )?;
     }
     if let Some(cmid) = &req.client_message_id {
-        if !is_valid_id(cmid) {
-            return Err(AppError::bad_request(
-                "invalid_client_message_id",
-                "client_message_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
-            ));
-        }
+        body_id(
+            cmid,
+            "invalid_client_message_id",
+            "client_message_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
+        )?;
     }
     let client = match admit_turn_write(&state, &principal, &peer) {
         Ok(client) => client,

@@ -195,6 +195,15 @@ fn id_param(
     Ok(id)
 }
 
+/// A body's id field: `code` and `message` when it breaks the id rule.
+fn body_id(id: &str, code: &'static str, message: &'static str) -> Result<(), AppError> {
+    if is_valid_id(id) {
+        Ok(())
+    } else {
+        Err(AppError::bad_request(code, message))
+    }
+}
+
 async fn history(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,

@@ -161,6 +161,28 @@ pub struct Regenerated {
     pub created: bool,
 }
 
+impl Regenerated {
+    /// The answer for turn `turn_id` of user message `message_id`, queued at `cursor`.
+    fn new(
+        message_id: String,
+        turn_id: String,
+        cursor: String,
+        session_id: String,
+        created: bool,
+    ) -> Regenerated {
+        Regenerated {
+            response: RegenerateResponse {
+                message_id,
+                turn_id,
+                event_id: cursor.clone(),
+                cursor,
+            },
+            session_id,
+            created,
+        }
+    }
+}
+
 impl Journal {
     /// A page of the session's history along a branch, oldest first, and the journal position of
     /// exactly this snapshot: the active branch, or (`leaf`) the branch through that message
@@ -291,17 +313,7 @@ impl Journal {
                     if answered != user {
                         return Err(Error::ClientRequestConflict(crid.clone()));
                     }
-                    let cursor = ctx.cursor(seq);
-                    return Ok(Regenerated {
-                        response: RegenerateResponse {
-                            message_id: user,
-                            turn_id,
-                            event_id: cursor.clone(),
-                            cursor,
-                        },
-                        session_id: session,
-                        created: false,
-                    });
+                    return Ok(Regenerated::new(user, turn_id, ctx.cursor(seq), session, false));
                 }
             }
             super::store::admit(ctx.conn, &session, admission)?;
@@ -318,17 +330,7 @@ impl Journal {
                 params![&turn_id, &session, &user, ctx.now, seq, &reply_id, &client_request_id],
             )?;
             set_leaf(ctx.conn, &session, &reply_id, true)?;
-            let cursor = ctx.cursor(seq);
-            Ok(Regenerated {
-                response: RegenerateResponse {
-                    message_id: user,
-                    turn_id,
-                    event_id: cursor.clone(),
-                    cursor,
-                },
-                session_id: session,
-                created: true,
-            })
+            Ok(Regenerated::new(user, turn_id, ctx.cursor(seq), session, true))
         })
         .await
     }
