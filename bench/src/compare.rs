@@ -324,7 +324,7 @@ pub async fn figure(sizes: &Sizes, peers: &Peers, rows: &mut Vec<Row>) {
             "6. reader back after {} ms away: time to recover what it missed, p50 / max of {READERS}",
             AWAY.as_millis()
         ),
-        "—",
+        "≤ durable-streams'",
     );
     let mut loss = Row::new(
         format!(

@@ -13,8 +13,9 @@ use anyhow::{anyhow, Result};
 use futures::StreamExt;
 use tokio::sync::watch;
 
+use crate::prom::{bucket_delta, quantile, Scrape};
 use crate::stats::{unix_us, Samples};
-use crate::systems::{markers, Resume, System};
+use crate::systems::{markers, Kind, Resume, System};
 
 pub struct Fanout {
     pub samples: Samples,
@@ -25,6 +26,57 @@ pub struct Fanout {
     pub first_failure: Option<String>,
     /// Server CPU (all its threads) over the publishing window, in % of one core.
     pub server_cpu_pct: f64,
+    /// turnstream only: where a publish's time goes, by its own histograms over the window.
+    pub stages: Vec<Stage>,
+}
+
+/// One stage of a publish inside turnstream, p50 and p99 in µs (interpolated in the buckets of
+/// the server's histogram, as Prometheus' `histogram_quantile` does).
+pub struct Stage {
+    pub name: &'static str,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// The hub's walk over a commit's subscribers (the stream's wake-up is timed from before it).
+pub const HUB_STAGE: &str = "hub";
+
+/// The stages turnstream times, in the order a publish goes through them: the histogram, and
+/// what the report calls it.
+const STAGES: [(&str, &str); 5] = [
+    ("turnstream_writer_wait_seconds", "writer wake-up"),
+    ("turnstream_commit_statements_seconds", "statements"),
+    ("turnstream_commit_seconds", "commit and fsync"),
+    ("turnstream_publish_seconds", HUB_STAGE),
+    ("turnstream_delivery_seconds", "stream wake-up"),
+];
+
+/// The stages of what committed on `writer` and was delivered on `reader`, between two scrapes
+/// of each.
+fn stages(writer: (&Scrape, &Scrape), reader: (&Scrape, &Scrape)) -> Vec<Stage> {
+    STAGES
+        .iter()
+        .filter_map(|&(metric, name)| {
+            let (before, after) = if metric == "turnstream_delivery_seconds" {
+                reader
+            } else {
+                writer
+            };
+            let b = bucket_delta(before, after, metric);
+            Some(Stage {
+                name,
+                p50_us: quantile(&b, 0.5)? * 1e6,
+                p99_us: quantile(&b, 0.99)? * 1e6,
+            })
+        })
+        .collect()
+}
+
+async fn scrape_if_ours(sys: &System) -> Option<Scrape> {
+    if sys.kind != Kind::Turnstream {
+        return None;
+    }
+    crate::append::scrape(sys).await.ok()
 }
 
 /// Opens readers concurrently, at most this many connecting at once (a gentle ramp, not the
@@ -103,6 +155,7 @@ pub async fn across(
     // Let the streams' first bytes (prelude, replay of nothing) settle before timing.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
+    let scraped0 = (scrape_if_ours(&publisher).await, scrape_if_ours(&sys).await);
     let cpu0 = cpu();
     let t0 = Instant::now();
     let mut posts = Vec::with_capacity(messages);
@@ -151,7 +204,16 @@ pub async fn across(
         missing += miss;
     }
     let _ = stop_tx.send(true);
+    let stages = match (
+        scraped0,
+        scrape_if_ours(&publisher).await,
+        scrape_if_ours(&sys).await,
+    ) {
+        ((Some(w0), Some(r0)), Some(w1), Some(r1)) => stages((&w0, &w1), (&r0, &r1)),
+        _ => Vec::new(),
+    };
     Ok(Fanout {
+        stages,
         samples,
         missing,
         failed_publishes,

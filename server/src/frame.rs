@@ -1,6 +1,8 @@
 //! One committed event as the hub shares it: encoded once as an SSE frame, kept in the replay
 //! tail and handed to every subscriber's inbox.
 
+use std::time::Instant;
+
 use bytes::Bytes;
 
 /// One committed event, encoded once as an SSE frame and shared by every subscriber.
@@ -9,6 +11,9 @@ pub struct Frame {
     pub seq: i64,
     pub session_id: String,
     pub bytes: Bytes,
+    /// When it was made, right after its commit: a stream taking it observes the time since (the
+    /// hub's walk and the stream's wake-up, `turnstream_delivery_seconds`).
+    pub at: Instant,
 }
 
 impl Frame {
@@ -22,6 +27,7 @@ impl Frame {
             seq,
             session_id: session_id.to_string(),
             bytes: bytes.into(),
+            at: Instant::now(),
         }
     }
 }

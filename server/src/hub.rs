@@ -464,6 +464,7 @@ mod tests {
             seq,
             session_id: session.into(),
             bytes: Bytes::new(),
+            at: std::time::Instant::now(),
         })
     }
 
@@ -744,6 +745,7 @@ mod model_tests {
             seq,
             session_id: session.into(),
             bytes: Bytes::from_static(b"0123456789"),
+            at: std::time::Instant::now(),
         })
     }
 

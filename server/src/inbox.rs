@@ -203,6 +203,7 @@ mod tests {
             seq,
             session_id: "s".into(),
             bytes: Bytes::new(),
+            at: std::time::Instant::now(),
         })
     }
 
@@ -316,5 +317,70 @@ mod tests {
         inbox.close();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert!(matches!(inbox.poll_take(&mut cx), Poll::Ready(None)));
+    }
+
+    /// A push from another thread always reaches a stream waiting on its inbox: 1,000 streams
+    /// on a runtime's worker threads wait, one thread pushes a frame to every inbox (as the
+    /// journal's writer does after a commit) and waits until each stream has taken it, round
+    /// after round. A wake-up lost between a stream finding its inbox empty and registering its
+    /// waker would leave that stream waiting until the next push: here there is none until all
+    /// have taken the frame, so the round would time out.
+    #[test]
+    fn no_wake_up_is_lost_between_threads() {
+        const STREAMS: usize = 1000;
+        const ROUNDS: i64 = 200;
+        let rt = match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => panic!("runtime: {e}"),
+        };
+        let inboxes: Vec<Arc<Inbox>> = (0..STREAMS)
+            .map(|i| Arc::new(Inbox::new(i as u64, false)))
+            .collect();
+        let taken = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = inboxes
+            .iter()
+            .map(|inbox| {
+                let (inbox, taken) = (inbox.clone(), taken.clone());
+                rt.spawn(async move {
+                    let mut last = 0;
+                    while let Some(t) = std::future::poll_fn(|cx| inbox.poll_take(cx)).await {
+                        for f in t {
+                            assert_eq!(f.seq, last + 1, "in order, none lost");
+                            last = f.seq;
+                            taken.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    last
+                })
+            })
+            .collect();
+        for round in 1..=ROUNDS {
+            let f = frame(round);
+            for inbox in &inboxes {
+                inbox.push(&f);
+            }
+            let want = STREAMS * round as usize;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while taken.load(Ordering::SeqCst) < want {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "round {round}: {} of {STREAMS} streams took the frame; the others were not woken",
+                    STREAMS - (want - taken.load(Ordering::SeqCst))
+                );
+                std::thread::yield_now();
+            }
+        }
+        for inbox in &inboxes {
+            inbox.close();
+        }
+        for t in tasks {
+            match rt.block_on(t) {
+                Ok(last) => assert_eq!(last, ROUNDS),
+                Err(e) => panic!("stream task: {e}"),
+            }
+        }
     }
 }

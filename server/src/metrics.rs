@@ -50,6 +50,11 @@ impl Histogram {
 const LATENCY_BOUNDS: &[f64] = &[
     0.00025, 0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
+/// Finer buckets for the stages of a publish, each a fraction of a millisecond when all is well.
+const STAGE_BOUNDS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 1.0,
+];
 const BATCH_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 
 #[derive(Debug)]
@@ -59,6 +64,13 @@ pub struct Metrics {
     pub events_appended: AtomicU64,
     pub append_latency: Histogram,
     pub batch_size: Histogram,
+    /// The stages of a publish, from a write's enqueue to its stream taking its frames (see
+    /// [`Metrics::render`] for each).
+    pub writer_wait: Histogram,
+    pub batch_statements: Histogram,
+    pub commit_time: Histogram,
+    pub publish_time: Histogram,
+    pub delivery: Histogram,
     pub replays: AtomicU64,
     pub tail_replays: AtomicU64,
     /// Bytes the hub's replay tail holds against its budget.
@@ -87,6 +99,11 @@ impl Default for Metrics {
             events_appended: AtomicU64::new(0),
             append_latency: Histogram::new(LATENCY_BOUNDS),
             batch_size: Histogram::new(BATCH_BOUNDS),
+            writer_wait: Histogram::new(STAGE_BOUNDS),
+            batch_statements: Histogram::new(STAGE_BOUNDS),
+            commit_time: Histogram::new(STAGE_BOUNDS),
+            publish_time: Histogram::new(STAGE_BOUNDS),
+            delivery: Histogram::new(STAGE_BOUNDS),
             replays: AtomicU64::new(0),
             tail_replays: AtomicU64::new(0),
             tail_bytes: AtomicU64::new(0),
@@ -159,6 +176,31 @@ impl Metrics {
             &mut out,
             "turnstream_commit_batch_size",
             "Writes committed together by one group commit.",
+        );
+        self.writer_wait.render(
+            &mut out,
+            "turnstream_writer_wait_seconds",
+            "Time the oldest write of a group commit waited for the journal writer (its queue and the writer's wake-up).",
+        );
+        self.batch_statements.render(
+            &mut out,
+            "turnstream_commit_statements_seconds",
+            "Time a group commit's statements took, before its COMMIT.",
+        );
+        self.commit_time.render(
+            &mut out,
+            "turnstream_commit_seconds",
+            "Time a group commit's COMMIT took (its pages written and flushed to disk).",
+        );
+        self.publish_time.render(
+            &mut out,
+            "turnstream_publish_seconds",
+            "Time handing a commit's events to the streams took (frames encoded, queued for each subscriber, streams woken).",
+        );
+        self.delivery.render(
+            &mut out,
+            "turnstream_delivery_seconds",
+            "Time from a committed event's frame being made to a stream taking it to write (the hub's walk and the stream's wake-up).",
         );
         gauge(
             &mut out,

@@ -349,8 +349,11 @@ async fn history_pages_oldest_first_with_a_cursor_header() -> TestResult {
 #[tokio::test]
 async fn turn_status_health_readiness_and_metrics() -> TestResult {
     let s = TestServer::start(&[])?;
+    // A live stream of the session, so every stage of a publish is timed.
+    let mut live = s.stream("session=t", None).await?;
     let sent = s.send("t", "/echo status").await?;
     let t = s.wait_turn_end(&sent.turn_id).await?;
+    while live.next_event().await?.body.kind() != "turn_ended" {}
     let (_, v) = s.get_json(&format!("/api/turns/{}", sent.turn_id)).await?;
     for key in [
         "turn_id",
@@ -383,6 +386,11 @@ async fn turn_status_health_readiness_and_metrics() -> TestResult {
         "turnstream_events_appended_total ",
         "turnstream_append_latency_seconds_bucket",
         "turnstream_commit_batch_size_bucket",
+        "turnstream_writer_wait_seconds_bucket",
+        "turnstream_commit_statements_seconds_bucket",
+        "turnstream_commit_seconds_bucket",
+        "turnstream_publish_seconds_bucket",
+        "turnstream_delivery_seconds_bucket",
         "turnstream_replays_total ",
         "turnstream_tail_replays_total ",
         "turnstream_replay_tail_bytes ",
@@ -392,6 +400,15 @@ async fn turn_status_health_readiness_and_metrics() -> TestResult {
     }
     let appended = s.counter("turnstream_events_appended_total").await?;
     assert!(appended >= 5.0);
+    for stage in [
+        "turnstream_writer_wait_seconds_count",
+        "turnstream_commit_statements_seconds_count",
+        "turnstream_commit_seconds_count",
+        "turnstream_publish_seconds_count",
+        "turnstream_delivery_seconds_count",
+    ] {
+        assert!(s.counter(stage).await? >= 1.0, "{stage} observed nothing");
+    }
     Ok(())
 }
 

@@ -486,7 +486,9 @@ impl Pump {
                 // Send whatever was queued in one write: a burst to many subscribers then costs
                 // one syscall each, not one per event.
                 let mut batch = Batch::default();
+                let mut oldest = None;
                 for frame in taken {
+                    oldest.get_or_insert(frame.at);
                     if frame.seq > self.last {
                         self.last = frame.seq;
                         if let Some(full) = batch.push(&frame) {
@@ -495,6 +497,9 @@ impl Pump {
                     }
                 }
                 self.last_write = Instant::now();
+                if let Some(at) = oldest {
+                    self.metrics().delivery.observe(at.elapsed().as_secs_f64());
+                }
                 let rest = batch.take();
                 if self.pending.is_empty() {
                     return Poll::Ready(rest);
@@ -560,6 +565,7 @@ mod tests {
             seq,
             session_id: "s".into(),
             bytes: Bytes::from(vec![b'a' + (seq % 26) as u8; len]),
+            at: std::time::Instant::now(),
         }
     }
 

@@ -257,6 +257,14 @@ impl Writer {
         batch: Vec<Job>,
         next_seq: &mut i64,
     ) -> Option<(StorageFault, String)> {
+        let started = Instant::now();
+        if let Some(oldest) = batch.first() {
+            self.metrics.writer_wait.observe(
+                started
+                    .saturating_duration_since(oldest.enqueued)
+                    .as_secs_f64(),
+            );
+        }
         match self.conn.begin() {
             Ok(None) => {}
             Ok(Some(head)) => *next_seq = head + 1,
@@ -348,12 +356,23 @@ impl Writer {
             self.conn.rollback();
             return Some(fail_all(completions, jobs.collect(), lost));
         }
+        let commit_start = Instant::now();
+        self.metrics
+            .batch_statements
+            .observe((commit_start - started).as_secs_f64());
         match self.conn.commit(*next_seq - 1) {
             Ok(()) => {
+                let publish_start = Instant::now();
+                self.metrics
+                    .commit_time
+                    .observe((publish_start - commit_start).as_secs_f64());
                 self.metrics
                     .events_appended
                     .fetch_add(committed.len() as u64, Ordering::Relaxed);
                 self.publish.committed(*next_seq - 1, committed);
+                self.metrics
+                    .publish_time
+                    .observe(publish_start.elapsed().as_secs_f64());
                 for (enqueued, completion) in completions {
                     self.metrics
                         .append_latency
