@@ -81,12 +81,21 @@ impl Inbox {
 
     /// Queues `frame`, or drops it and flags the inbox lagged when [`SUBSCRIBER_QUEUE`] frames
     /// already wait; wakes the stream.
+    #[cfg(test)]
     pub(crate) fn push(&self, frame: &Arc<Frame>) {
-        let waker = {
-            let mut q = lock(&self.queue);
-            if q.closed {
-                return;
-            }
+        if let Some(w) = self.push_run(std::slice::from_ref(frame)) {
+            w.wake();
+        }
+    }
+
+    /// Queues `frames` in order, as [`Inbox::push`] does each, in one step; returns the waker of
+    /// the stream if it was waiting, for the caller to wake (once, and outside its own locks).
+    pub(crate) fn push_run(&self, frames: &[Arc<Frame>]) -> Option<Waker> {
+        let mut q = lock(&self.queue);
+        if q.closed {
+            return None;
+        }
+        for frame in frames {
             if q.first.is_none() && q.rest.is_empty() {
                 q.first = Some(frame.clone());
             } else if q.len() < SUBSCRIBER_QUEUE {
@@ -94,11 +103,8 @@ impl Inbox {
             } else {
                 q.lagged = true;
             }
-            q.waker.take()
-        };
-        if let Some(w) = waker {
-            w.wake();
         }
+        q.waker.take()
     }
 
     /// No more frames: the stream gets what is queued, then the end.
