@@ -5,7 +5,8 @@
 # (turnstream/ai-sdk, turnstream/react) and pkg/package.json. Prints the gzipped sizes.
 #
 # Needs: the wasm32-unknown-unknown target, wasm-bindgen-cli at exactly the version of the
-# `wasm-bindgen` crate in Cargo.lock, node (to trim the glue and write package.json).
+# `wasm-bindgen` crate in Cargo.lock, node (to trim the glue, shorten the names of the wasm's
+# imports in it and in the wasm (scripts/short-imports.mjs), and write package.json).
 # `./run setup` installs them.
 # Optional: wasm-opt from the npm package binaryen (>= 116; Debian's binaryen 108 produces
 # modules Chromium refuses). Looked for in $WASM_OPT, target/binaryen (where
@@ -90,6 +91,9 @@ elif opt=$(find_wasm_opt); then
 else
   log "wasm-opt skipped: no binaryen >= 116 found (npm i binaryen@132 installs one)"
 fi
+
+log "short import names"
+node scripts/short-imports.mjs "$wasm" "$OUT/$NAME.js"
 
 log "subpath exports (client-js/: ai-sdk, react)"
 for sub in ai-sdk react; do
