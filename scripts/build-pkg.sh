@@ -93,7 +93,7 @@ else
 fi
 
 log "short import names"
-node scripts/short-imports.mjs "$wasm" "$OUT/$NAME.js"
+node scripts/short-imports.mjs "$wasm" "$OUT/$NAME.js" "$OUT/${NAME}_bg.wasm.d.ts"
 
 log "subpath exports (client-js/: ai-sdk, react)"
 for sub in ai-sdk react; do
