@@ -318,8 +318,10 @@ pub struct ChatClient {
 /// A panic's message and where it happened, in the console with a JS stack (what
 /// `console_error_panic_hook` shows, without formatting the location through `core::fmt`).
 fn set_panic_hook() {
-    static SET: std::sync::Once = std::sync::Once::new();
-    SET.call_once(|| {
+    // A flag rather than `std::sync::Once`, whose poisoning and re-entry checks the page's one
+    // thread does not need (and whose messages would be in the package).
+    static SET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SET.swap(true, std::sync::atomic::Ordering::Relaxed) {
         std::panic::set_hook(Box::new(|info| {
             let p = info.payload();
             let message = p
@@ -335,7 +337,7 @@ fn set_panic_hook() {
                 &line.into(),
             );
         }));
-    });
+    }
 }
 
 #[wasm_bindgen]
