@@ -12,8 +12,6 @@ use crate::browser::spawn_local;
 
 use super::{warn, Client};
 use crate::browser::env;
-use crate::browser::http::HttpError;
-use crate::retry::{classify_post, PostOutcome};
 use crate::tabs::TabMessage;
 
 impl Client {
@@ -73,47 +71,6 @@ impl Client {
             me.kick_outbox();
         });
         true
-    }
-
-    /// Posts the oldest branch action. `None`: done with it (taken, or refused for good);
-    /// `Some(after)`: try again later (`after` ms when the server said).
-    pub(super) async fn post_branch_action(self: &Rc<Self>) -> Option<Option<u32>> {
-        let action = self.conv.borrow().next_branch_action()?;
-        // (None above: nothing queued, which the outbox checks first.)
-        let result = if action.regenerate {
-            // 202 the first time, 200 with the same answer for a retry of the same id.
-            self.endpoint
-                .regenerate(&action.target, &action.id)
-                .await
-                .map(|r| {
-                    self.update(&mut |c| c.apply_regenerate(&r));
-                })
-        } else {
-            self.endpoint.switch_branch(&action.target).await
-        };
-        let retry = match result {
-            Ok(()) => None,
-            Err(HttpError::Status {
-                status,
-                error,
-                retry_after,
-                ..
-            }) => match classify_post(status) {
-                PostOutcome::Rejected | PostOutcome::Conflict => {
-                    warn("a change of branch was refused", &error.message);
-                    None
-                }
-                PostOutcome::Accepted | PostOutcome::Retry => {
-                    Some(retry_after.map(|s| s.saturating_mul(1000)))
-                }
-            },
-            Err(_) => Some(None),
-        };
-        if retry.is_none() {
-            self.conv.borrow_mut().branch_action_done(&action.id);
-            self.save_now().await;
-        }
-        retry
     }
 
     /// Reads the active branch's history after the stream moved the leaf to one not read.
