@@ -1,4 +1,5 @@
-//! Branches (contract v1.2): edits go through the outbox as messages with a `parent_id`;
+//! Branches (contract v1.2): edits go through the outbox as messages with a `parent_id` (see
+//! `Client::send`);
 //! regenerations and switches wait in the conversation's queue of branch actions, stored with
 //! the cache (a reload still has them) and posted once in order with the outbox (so offline they
 //! are applied when the server is reachable again); a regeneration carries the
@@ -12,38 +13,8 @@ use crate::browser::spawn_local;
 
 use super::{warn, Client};
 use crate::browser::env;
-use crate::tabs::TabMessage;
 
 impl Client {
-    /// A new version of user entry `key`; resolves with its client_message_id once stored.
-    pub(crate) async fn edit(self: &Rc<Self>, key: &str, content: String) -> Option<String> {
-        let client_message_id = env::new_client_message_id();
-        let created_at = env::now_ms();
-        let mut parent = None;
-        let shown = self.update(&mut |c| {
-            let r = c.edit_local(key, &client_message_id, &content, created_at);
-            parent = c.next_to_post(|id| id == client_message_id);
-            r.unwrap_or(false)
-        });
-        let edit = parent?.parent_id;
-        if !shown {
-            return None;
-        }
-        self.own.borrow_mut().add(client_message_id.clone());
-        self.broadcast(&TabMessage::Optimistic {
-            session_id: self.endpoint.session_id.clone(),
-            client_message_id: client_message_id.clone(),
-            content,
-            attachments: Vec::new(),
-            created_at,
-            on_busy: None,
-            edit,
-        });
-        self.save_now().await;
-        self.kick_outbox();
-        Some(client_message_id)
-    }
-
     /// The user message a regeneration of entry `key` answers again.
     pub(crate) fn regenerate_target(&self, key: &str) -> Option<String> {
         self.conv.borrow().regenerate_target(key)

@@ -30,24 +30,40 @@ enum Job {
 impl Client {
     // ----- the outbox -----
 
+    /// A new message, or with `edit` a new version of user entry `edit` (contract v1.2: posted
+    /// with the `parent_id` of the version it replaces). Shown at once, told to the sibling tabs,
+    /// on disk before this resolves with its client_message_id; `None` when `edit` names no
+    /// user message the server has.
     pub(crate) async fn send(
         self: &Rc<Self>,
         content: String,
         attachments: Vec<Attachment>,
         on_busy: Option<OnBusy>,
-    ) -> String {
+        edit: Option<&str>,
+    ) -> Option<String> {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
-        self.own.borrow_mut().add(client_message_id.clone());
-        self.update(&mut |c| {
-            c.send_local(
+        let mut parent = None;
+        let shown = self.update(&mut |c| match edit {
+            None => c.send_local(
                 &client_message_id,
                 &content,
                 &attachments,
                 created_at,
                 on_busy,
-            )
+            ),
+            Some(key) => {
+                let r = c.edit_local(key, &client_message_id, &content, created_at);
+                parent = c.next_to_post(|id| id == client_message_id);
+                r.unwrap_or(false)
+            }
         });
+        let edit = match edit {
+            Some(_) if !shown => return None,
+            Some(_) => parent?.parent_id,
+            None => None,
+        };
+        self.own.borrow_mut().add(client_message_id.clone());
         self.broadcast(&TabMessage::Optimistic {
             session_id: self.endpoint.session_id.clone(),
             client_message_id: client_message_id.clone(),
@@ -55,12 +71,12 @@ impl Client {
             attachments,
             created_at,
             on_busy,
-            edit: None,
+            edit,
         });
         // On disk before the first attempt: a reload from here on still has it to post.
         self.save_now().await;
         self.kick_outbox();
-        client_message_id
+        Some(client_message_id)
     }
 
     pub(super) fn kick_outbox(self: &Rc<Self>) {
