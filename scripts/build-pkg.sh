@@ -87,7 +87,7 @@ elif [ -n "$opt" ]; then
     --enable-mutable-globals --enable-reference-types --enable-multivalue)
   inline=(--one-caller-inline-max-function-size 20)
   strip=(--strip-debug --strip-producers)
-  [ "${TURNSTREAM_KEEP_NAMES:-}" = 1 ] && strip=(--strip-producers)
+  [ "${TURNSTREAM_KEEP_NAMES:-}" = 1 ] && strip=(--debuginfo --strip-producers)
   mv "$wasm" "$wasm.orig"
   "$opt" "${strip[@]}" "${features[@]}" "$wasm.orig" -o "$wasm"
   node scripts/order-names.mjs "$wasm.orig"
