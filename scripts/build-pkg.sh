@@ -5,7 +5,8 @@
 # (turnstream/ai-sdk, turnstream/react) and pkg/package.json. Prints the gzipped sizes.
 #
 # Needs: the wasm32-unknown-unknown target, wasm-bindgen-cli at exactly the version of the
-# `wasm-bindgen` crate in Cargo.lock, node (to trim the glue and write package.json).
+# `wasm-bindgen` crate in Cargo.lock, node (to trim the glue, shorten the names of the wasm's
+# imports in it and in the wasm (scripts/short-imports.mjs), and write package.json).
 # `./run setup` installs them.
 # Optional: wasm-opt from the npm package binaryen (>= 116; Debian's binaryen 108 produces
 # modules Chromium refuses). Looked for in $WASM_OPT, target/binaryen (where
@@ -37,16 +38,6 @@ CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
 CARGO_PROFILE_RELEASE_DEBUG=false \
   cargo build --release --target wasm32-unknown-unknown -p "$CRATE"
 
-log "wasm-bindgen --target web"
-rm -rf "$OUT"
-# Function names only help reading a panic's stack trace; TURNSTREAM_KEEP_NAMES=1 keeps them.
-strip=(--remove-name-section --remove-producers-section)
-[ "${TURNSTREAM_KEEP_NAMES:-}" = 1 ] && strip=()
-wasm-bindgen --target web --out-dir "$OUT" --out-name "$NAME" "${strip[@]}" "$ARTIFACT"
-# The glue repeats each method's doc comment, which turnstream.d.ts already carries (editors and
-# TypeScript read that file); drop the copies from the JS that is downloaded.
-node -e 'const fs=require("fs"),f=process.argv[1];fs.writeFileSync(f,fs.readFileSync(f,"utf8").replace(/^[ \t]*\/\*\*[^]*?\*\/\n/gm,""))' "$OUT/$NAME.js"
-
 find_wasm_opt() {
   local c
   for c in "${WASM_OPT:-}" target/binaryen/node_modules/.bin/wasm-opt ./node_modules/.bin/wasm-opt \
@@ -62,23 +53,48 @@ find_wasm_opt() {
   return 1
 }
 
+opt=
+if [ "${TURNSTREAM_NO_WASM_OPT:-}" != 1 ]; then
+  opt=$(find_wasm_opt) || opt=
+fi
+
+log "wasm-bindgen --target web"
+rm -rf "$OUT"
+# Function names only help reading a panic's stack trace; TURNSTREAM_KEEP_NAMES=1 keeps them.
+# With wasm-opt they stay until it has ordered the functions by them (below), then go.
+strip=(--remove-name-section --remove-producers-section)
+[ "${TURNSTREAM_KEEP_NAMES:-}" = 1 ] || [ -n "$opt" ] && strip=()
+wasm-bindgen --target web --out-dir "$OUT" --out-name "$NAME" "${strip[@]}" "$ARTIFACT"
+# The glue repeats each method's doc comment, which turnstream.d.ts already carries (editors and
+# TypeScript read that file); drop the copies from the JS that is downloaded.
+node -e 'const fs=require("fs"),f=process.argv[1];fs.writeFileSync(f,fs.readFileSync(f,"utf8").replace(/^[ \t]*\/\*\*[^]*?\*\/\n/gm,""))' "$OUT/$NAME.js"
+
+
 wasm="$OUT/${NAME}_bg.wasm"
 if [ "${TURNSTREAM_NO_WASM_OPT:-}" = 1 ]; then
   log "wasm-opt skipped (TURNSTREAM_NO_WASM_OPT=1)"
-elif opt=$(find_wasm_opt); then
+elif [ -n "$opt" ]; then
   # What users download is gzipped, and LLVM's code can compress better than wasm-opt's even
   # when it is larger: of the original and each pass list, keep the smallest on the wire.
   # -ocimfs 20: inline a function into its only caller only when it is small. LLVM has already
   # inlined what pays; merging large bodies into the async state machines makes each one
   # unique, which costs gzip more than the calls it saves (about 4% of the wasm here).
+  # --reorder-functions-by-name last, after scripts/order-names.mjs named the functions for it:
+  # functions of one signature, and of one module or one generic, sit together, where gzip's
+  # window finds what they share (about 1.4 KB of the gzipped wasm); the names go after that
+  # (--strip-debug), unless TURNSTREAM_KEEP_NAMES=1.
   features=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
     --enable-mutable-globals --enable-reference-types --enable-multivalue)
   inline=(--one-caller-inline-max-function-size 20)
+  strip=(--strip-debug --strip-producers)
+  [ "${TURNSTREAM_KEEP_NAMES:-}" = 1 ] && strip=(--debuginfo --strip-producers)
+  mv "$wasm" "$wasm.orig"
+  "$opt" "${strip[@]}" "${features[@]}" "$wasm.orig" -o "$wasm"
+  node scripts/order-names.mjs "$wasm.orig"
   best=$(gzip -9 -c "$wasm" | wc -c)
   log "wasm-opt ($("$opt" --version)); without it: $best bytes gzipped"
-  cp "$wasm" "$wasm.orig"
   for level in -Oz -Os; do
-    "$opt" "$level" --converge --strip-debug --strip-producers "${inline[@]}" "${features[@]}" "$wasm.orig" -o "$wasm.opt"
+    "$opt" "$level" --converge "${inline[@]}" --reorder-functions-by-name "${strip[@]}" "${features[@]}" "$wasm.orig" -o "$wasm.opt"
     size=$(gzip -9 -c "$wasm.opt" | wc -c)
     log "wasm-opt $level --converge: $size bytes gzipped"
     if [ "$size" -lt "$best" ]; then
@@ -90,6 +106,9 @@ elif opt=$(find_wasm_opt); then
 else
   log "wasm-opt skipped: no binaryen >= 116 found (npm i binaryen@132 installs one)"
 fi
+
+log "short import names"
+node scripts/short-imports.mjs "$wasm" "$OUT/$NAME.js" "$OUT/${NAME}_bg.wasm.d.ts"
 
 log "subpath exports (client-js/: ai-sdk, react)"
 for sub in ai-sdk react; do

@@ -318,8 +318,10 @@ pub struct ChatClient {
 /// A panic's message and where it happened, in the console with a JS stack (what
 /// `console_error_panic_hook` shows, without formatting the location through `core::fmt`).
 fn set_panic_hook() {
-    static SET: std::sync::Once = std::sync::Once::new();
-    SET.call_once(|| {
+    // A flag rather than `std::sync::Once`, whose poisoning and re-entry checks the page's one
+    // thread does not need (and whose messages would be in the package).
+    static SET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SET.swap(true, std::sync::atomic::Ordering::Relaxed) {
         std::panic::set_hook(Box::new(|info| {
             let p = info.payload();
             let message = p
@@ -335,7 +337,7 @@ fn set_panic_hook() {
                 &line.into(),
             );
         }));
-    });
+    }
 }
 
 #[wasm_bindgen]
@@ -373,32 +375,7 @@ impl ChatClient {
     /// `options.attachments`: files the app stored, by URL (text may then be empty).
     #[wasm_bindgen(unchecked_return_type = "Promise<SendResult>")]
     pub fn send(&self, content: String, options: Option<SendOptions>) -> Promise {
-        let inner = self.inner.clone();
-        future_to_promise(async move {
-            if inner.is_closed() {
-                return Err(js_error("turnstream: the client is closed"));
-            }
-            if content.len() > MAX_CONTENT_BYTES {
-                return Err(js_error("turnstream: a message is at most 65536 bytes"));
-            }
-            let options: Option<&JsValue> = options.as_ref().map(AsRef::as_ref);
-            let attachments = parse_attachments(options)?;
-            if content.trim().is_empty() && attachments.is_empty() {
-                return Err(js_error("turnstream: a message cannot be empty"));
-            }
-            const BUSY: &str =
-                "turnstream: onBusy must be \"enqueue\", \"reject\" or \"interrupt\"";
-            let on_busy = match options {
-                Some(o) => option(o, "onBusy", JsValue::as_string, BUSY)?
-                    .map(|b| OnBusy::parse(&b).ok_or_else(|| js_error(BUSY)))
-                    .transpose()?,
-                None => None,
-            };
-            let id = inner.send(content, attachments, on_busy).await;
-            let out = js_sys::Object::new();
-            js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
-            Ok(out.into())
-        })
+        send(self.inner.clone(), content, options, None)
     }
 
     /// Loads the page of history before the oldest message read (`historyLimit` messages) and
@@ -460,24 +437,7 @@ impl ChatClient {
     /// branch; the old versions stay, one `switchBranch` away.
     #[wasm_bindgen(unchecked_return_type = "Promise<SendResult>")]
     pub fn edit(&self, key: String, content: String) -> Promise {
-        let inner = self.inner.clone();
-        future_to_promise(async move {
-            if inner.is_closed() {
-                return Err(js_error("turnstream: the client is closed"));
-            }
-            if content.len() > MAX_CONTENT_BYTES {
-                return Err(js_error("turnstream: a message is at most 65536 bytes"));
-            }
-            if content.trim().is_empty() {
-                return Err(js_error("turnstream: a message cannot be empty"));
-            }
-            let id = inner.edit(&key, content).await.ok_or_else(|| {
-                js_error("turnstream: edit takes the key of a user message the server has")
-            })?;
-            let out = js_sys::Object::new();
-            js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
-            Ok(out.into())
-        })
+        send(self.inner.clone(), content, None, Some(key))
     }
 
     /// Asks for another reply (contract v1.2) to user entry `key`, or to the user message of
@@ -530,6 +490,44 @@ impl ChatClient {
             Ok(JsValue::UNDEFINED)
         })
     }
+}
+
+/// `send`, and `edit` (with the key of the entry edited; it takes no options).
+fn send(
+    inner: Rc<Client>,
+    content: String,
+    options: Option<SendOptions>,
+    edit: Option<String>,
+) -> Promise {
+    future_to_promise(async move {
+        if inner.is_closed() {
+            return Err(js_error("turnstream: the client is closed"));
+        }
+        if content.len() > MAX_CONTENT_BYTES {
+            return Err(js_error("turnstream: a message is at most 65536 bytes"));
+        }
+        let options: Option<&JsValue> = options.as_ref().map(AsRef::as_ref);
+        let attachments = parse_attachments(options)?;
+        if content.trim().is_empty() && attachments.is_empty() {
+            return Err(js_error("turnstream: a message cannot be empty"));
+        }
+        const BUSY: &str = "turnstream: onBusy must be \"enqueue\", \"reject\" or \"interrupt\"";
+        let on_busy = match options {
+            Some(o) => option(o, "onBusy", JsValue::as_string, BUSY)?
+                .map(|b| OnBusy::parse(&b).ok_or_else(|| js_error(BUSY)))
+                .transpose()?,
+            None => None,
+        };
+        let id = inner
+            .send(content, attachments, on_busy, edit.as_deref())
+            .await
+            .ok_or_else(|| {
+                js_error("turnstream: edit takes the key of a user message the server has")
+            })?;
+        let out = js_sys::Object::new();
+        js_sys::Reflect::set(&out, &"clientMessageId".into(), &id.into())?;
+        Ok(out.into())
+    })
 }
 
 impl Drop for ChatClient {

@@ -6,17 +6,14 @@ use std::pin::Pin;
 use std::rc::Rc;
 
 use js_sys::{Function, Object, Promise, Reflect};
-use turnstream_protocol::{
-    Attachment, CancelResponse, ErrorDetail, HistoryResponse, OnBusy, PostMessageResponse, RawJson,
-    RegenerateResponse, TurnInfo, CURSOR_HEADER,
-};
+use turnstream_protocol::{CancelResponse, ErrorDetail, HistoryResponse, TurnInfo, CURSOR_HEADER};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::Response;
 
 use super::auth::Auth;
 use super::json;
-use crate::codec::{self, Value};
+use crate::codec;
 
 /// What went wrong with a request.
 pub(crate) enum HttpError {
@@ -59,7 +56,7 @@ pub(crate) struct Endpoint {
     pub(crate) auth: Option<Rc<Auth>>,
 }
 
-fn enc(s: &str) -> String {
+pub(crate) fn enc(s: &str) -> String {
     String::from(js_sys::encode_uri_component(s))
 }
 
@@ -68,7 +65,12 @@ impl Endpoint {
     /// fresh token.
     ///
     /// Boxed: each request's future holds this one instead of a copy of its code.
-    fn send<'a>(&'a self, method: &'a str, url: &'a str, body: Option<&'a str>) -> Reply<'a> {
+    pub(crate) fn send<'a>(
+        &'a self,
+        method: &'a str,
+        url: &'a str,
+        body: Option<&'a str>,
+    ) -> Reply<'a> {
         Box::pin(async move {
             let Some(auth) = &self.auth else {
                 return fetch(method, url, body, None).await;
@@ -84,7 +86,7 @@ impl Endpoint {
         })
     }
 
-    fn url(&self, parts: &[&str]) -> String {
+    pub(crate) fn url(&self, parts: &[&str]) -> String {
         let mut url = self.base_url.clone();
         for p in parts {
             url.push_str(p);
@@ -117,26 +119,6 @@ impl Endpoint {
         Ok((history, cursor))
     }
 
-    /// `POST /messages`. Returns the status with the accepted message, so the caller can tell a
-    /// retry worth doing from a refusal.
-    pub(crate) async fn post_message(
-        &self,
-        client_message_id: &str,
-        content: &str,
-        attachments: &[Attachment],
-        on_busy: Option<OnBusy>,
-        parent_id: Option<Option<&str>>,
-    ) -> Result<PostMessageResponse, HttpError> {
-        let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/messages"]);
-        let body =
-            codec::post_request_json(content, client_message_id, attachments, on_busy, parent_id);
-        decode(
-            self.send("POST", &url, Some(&body)).await?,
-            codec::post_response,
-        )
-        .await
-    }
-
     /// `GET /api/turns/{turn}`; `None` when the server does not know the turn.
     pub(crate) async fn turn(&self, turn_id: &str) -> Result<Option<TurnInfo>, HttpError> {
         let url = self.url(&["/api/turns/", &enc(turn_id)]);
@@ -148,41 +130,6 @@ impl Endpoint {
             }) if error.code == "turn_not_found" => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    /// `POST /api/turns/{turn}/input` (contract v1.2). Returns the turn's state after it.
-    pub(crate) async fn post_input(
-        &self,
-        turn_id: &str,
-        request_id: &str,
-        answer: &RawJson,
-    ) -> Result<String, HttpError> {
-        let url = self.url(&["/api/turns/", &enc(turn_id), "/input"]);
-        let body = codec::input_request_json(request_id, answer);
-        let state = |v: &JsValue| v.get("state")?.as_string();
-        decode(self.send("POST", &url, Some(&body)).await?, state).await
-    }
-
-    /// `POST /api/messages/{message}/regenerate` (contract v1.2).
-    pub(crate) async fn regenerate(
-        &self,
-        message_id: &str,
-        client_request_id: &str,
-    ) -> Result<RegenerateResponse, HttpError> {
-        let url = self.url(&["/api/messages/", &enc(message_id), "/regenerate"]);
-        let body = codec::regenerate_request_json(client_request_id);
-        decode(
-            self.send("POST", &url, Some(&body)).await?,
-            codec::regenerate_response,
-        )
-        .await
-    }
-
-    /// `POST /api/sessions/{session}/active` (contract v1.2).
-    pub(crate) async fn switch_branch(&self, leaf_id: &str) -> Result<(), HttpError> {
-        let url = self.url(&["/api/sessions/", &enc(&self.session_id), "/active"]);
-        let body = codec::switch_request_json(leaf_id);
-        self.send("POST", &url, Some(&body)).await.map(|_| ())
     }
 
     /// `POST /api/turns/{turn}/cancel`.
@@ -285,7 +232,9 @@ async fn decode<T>(resp: Response, read: fn(&JsValue) -> Option<T>) -> Result<T,
 }
 
 /// The body of `resp`, parsed. Boxed, as [`Endpoint::send`].
-fn body_json(resp: Response) -> Pin<Box<dyn Future<Output = Result<JsValue, HttpError>>>> {
+pub(crate) fn body_json(
+    resp: Response,
+) -> Pin<Box<dyn Future<Output = Result<JsValue, HttpError>>>> {
     Box::pin(async move {
         let text = text(&resp).await?;
         json::parse(&text).ok_or(HttpError::Decode)

@@ -10,11 +10,6 @@ use turnstream_protocol::{ErrorDetail, RawJson};
 use wasm_bindgen::prelude::*;
 
 use super::{set, Client};
-use crate::browser::http::HttpError;
-use crate::browser::json;
-use crate::codec;
-use crate::reducer::OutgoingAnswer;
-use crate::retry::{classify_post, PostOutcome};
 use crate::tabs::TabMessage;
 
 /// A `respond` promise not settled yet.
@@ -87,49 +82,6 @@ impl Client {
             me.kick_outbox();
         });
         promise
-    }
-
-    /// Posts one answer; `Some(retry_after)` when it must be tried again later.
-    pub(super) async fn post_answer(self: &Rc<Self>, a: OutgoingAnswer) -> Option<Option<u32>> {
-        match self
-            .endpoint
-            .post_input(&a.turn_id, &a.request_id, &a.answer)
-            .await
-        {
-            Ok(_) => {
-                self.update(&mut |c| c.answer_posted(&a.turn_id, &a.request_id));
-                self.settle(&a.turn_id, &a.request_id, None);
-                self.broadcast(&TabMessage::Answer {
-                    session_id: self.endpoint.session_id.clone(),
-                    turn_id: a.turn_id,
-                    request_id: a.request_id,
-                    answer: a.answer,
-                    sent: true,
-                });
-                None
-            }
-            Err(HttpError::Status {
-                status,
-                error,
-                retry_after,
-                body,
-            }) => match classify_post(status) {
-                PostOutcome::Retry | PostOutcome::Accepted => {
-                    Some(retry_after.map(|s| s.saturating_mul(1000)))
-                }
-                PostOutcome::Conflict | PostOutcome::Rejected => {
-                    if error.code == "input_already_given" {
-                        if let Some(given) = json::read(&body, codec::input_given) {
-                            self.update(&mut |c| c.apply_given(&a.turn_id, &given));
-                        }
-                    }
-                    self.update(&mut |c| c.drop_answer(&a.turn_id, &a.request_id));
-                    self.settle(&a.turn_id, &a.request_id, Some(&error));
-                    None
-                }
-            },
-            Err(HttpError::Network(_)) | Err(HttpError::Decode) => Some(None),
-        }
     }
 
     /// Settles the promises waiting on one answer: resolved, or rejected with `error`.

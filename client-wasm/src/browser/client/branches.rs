@@ -1,4 +1,5 @@
-//! Branches (contract v1.2): edits go through the outbox as messages with a `parent_id`;
+//! Branches (contract v1.2): edits go through the outbox as messages with a `parent_id` (see
+//! `Client::send`);
 //! regenerations and switches wait in the conversation's queue of branch actions, stored with
 //! the cache (a reload still has them) and posted once in order with the outbox (so offline they
 //! are applied when the server is reachable again); a regeneration carries the
@@ -12,40 +13,8 @@ use crate::browser::spawn_local;
 
 use super::{warn, Client};
 use crate::browser::env;
-use crate::browser::http::HttpError;
-use crate::retry::{classify_post, PostOutcome};
-use crate::tabs::TabMessage;
 
 impl Client {
-    /// A new version of user entry `key`; resolves with its client_message_id once stored.
-    pub(crate) async fn edit(self: &Rc<Self>, key: &str, content: String) -> Option<String> {
-        let client_message_id = env::new_client_message_id();
-        let created_at = env::now_ms();
-        let mut parent = None;
-        let shown = self.update(&mut |c| {
-            let r = c.edit_local(key, &client_message_id, &content, created_at);
-            parent = c.next_to_post(|id| id == client_message_id);
-            r.unwrap_or(false)
-        });
-        let edit = parent?.parent_id;
-        if !shown {
-            return None;
-        }
-        self.own.borrow_mut().add(client_message_id.clone());
-        self.broadcast(&TabMessage::Optimistic {
-            session_id: self.endpoint.session_id.clone(),
-            client_message_id: client_message_id.clone(),
-            content,
-            attachments: Vec::new(),
-            created_at,
-            on_busy: None,
-            edit,
-        });
-        self.save_now().await;
-        self.kick_outbox();
-        Some(client_message_id)
-    }
-
     /// The user message a regeneration of entry `key` answers again.
     pub(crate) fn regenerate_target(&self, key: &str) -> Option<String> {
         self.conv.borrow().regenerate_target(key)
@@ -73,47 +42,6 @@ impl Client {
             me.kick_outbox();
         });
         true
-    }
-
-    /// Posts the oldest branch action. `None`: done with it (taken, or refused for good);
-    /// `Some(after)`: try again later (`after` ms when the server said).
-    pub(super) async fn post_branch_action(self: &Rc<Self>) -> Option<Option<u32>> {
-        let action = self.conv.borrow().next_branch_action()?;
-        // (None above: nothing queued, which the outbox checks first.)
-        let result = if action.regenerate {
-            // 202 the first time, 200 with the same answer for a retry of the same id.
-            self.endpoint
-                .regenerate(&action.target, &action.id)
-                .await
-                .map(|r| {
-                    self.update(&mut |c| c.apply_regenerate(&r));
-                })
-        } else {
-            self.endpoint.switch_branch(&action.target).await
-        };
-        let retry = match result {
-            Ok(()) => None,
-            Err(HttpError::Status {
-                status,
-                error,
-                retry_after,
-                ..
-            }) => match classify_post(status) {
-                PostOutcome::Rejected | PostOutcome::Conflict => {
-                    warn("a change of branch was refused", &error.message);
-                    None
-                }
-                PostOutcome::Accepted | PostOutcome::Retry => {
-                    Some(retry_after.map(|s| s.saturating_mul(1000)))
-                }
-            },
-            Err(_) => Some(None),
-        };
-        if retry.is_none() {
-            self.conv.borrow_mut().branch_action_done(&action.id);
-            self.save_now().await;
-        }
-        retry
     }
 
     /// Reads the active branch's history after the stream moved the leaf to one not read.

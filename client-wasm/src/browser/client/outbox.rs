@@ -3,37 +3,67 @@
 
 use std::rc::Rc;
 
+use wasm_bindgen::JsValue;
+
 use crate::browser::spawn_local;
 use turnstream_protocol::{Attachment, ErrorDetail, OnBusy, PostMessageResponse};
 
-use super::Client;
+use super::{warn, Client};
 use crate::browser::env;
-use crate::browser::http::HttpError;
-use crate::reducer::Outgoing;
+use crate::browser::http::{body_json, enc, HttpError};
+use crate::browser::json;
+use crate::codec::{self, Value};
+use crate::reducer::{BranchAction, Outgoing, OutgoingAnswer};
 use crate::retry::{backoff_ms, classify_post, PostOutcome};
 use crate::tabs::TabMessage;
+
+/// One item of the outbox, as posted.
+enum Job {
+    /// An answer to an agent's request (contract v1.2).
+    Answer(OutgoingAnswer),
+    /// A regeneration or a change of the active branch (contract v1.2).
+    Branch(BranchAction),
+    /// A message (an edit is one with a `parent_id`).
+    Message(Outgoing),
+}
 
 impl Client {
     // ----- the outbox -----
 
+    /// A new message, or with `edit` a new version of user entry `edit` (contract v1.2: posted
+    /// with the `parent_id` of the version it replaces). Shown at once, told to the sibling tabs,
+    /// on disk before this resolves with its client_message_id; `None` when `edit` names no
+    /// user message the server has.
     pub(crate) async fn send(
         self: &Rc<Self>,
         content: String,
         attachments: Vec<Attachment>,
         on_busy: Option<OnBusy>,
-    ) -> String {
+        edit: Option<&str>,
+    ) -> Option<String> {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
-        self.own.borrow_mut().add(client_message_id.clone());
-        self.update(&mut |c| {
-            c.send_local(
+        let mut parent = None;
+        let shown = self.update(&mut |c| match edit {
+            None => c.send_local(
                 &client_message_id,
                 &content,
                 &attachments,
                 created_at,
                 on_busy,
-            )
+            ),
+            Some(key) => {
+                let r = c.edit_local(key, &client_message_id, &content, created_at);
+                parent = c.next_to_post(|id| id == client_message_id);
+                r.unwrap_or(false)
+            }
         });
+        let edit = match edit {
+            Some(_) if !shown => return None,
+            Some(_) => parent?.parent_id,
+            None => None,
+        };
+        self.own.borrow_mut().add(client_message_id.clone());
         self.broadcast(&TabMessage::Optimistic {
             session_id: self.endpoint.session_id.clone(),
             client_message_id: client_message_id.clone(),
@@ -41,12 +71,12 @@ impl Client {
             attachments,
             created_at,
             on_busy,
-            edit: None,
+            edit,
         });
         // On disk before the first attempt: a reload from here on still has it to post.
         self.save_now().await;
         self.kick_outbox();
-        client_message_id
+        Some(client_message_id)
     }
 
     pub(super) fn kick_outbox(self: &Rc<Self>) {
@@ -82,34 +112,24 @@ impl Client {
         });
     }
 
+    /// Posts the outbox until it is empty, one item at a time, with one backoff for all.
     pub(super) async fn drain_outbox(self: Rc<Self>, everyone: bool) {
         let mut attempt = 0u32;
         loop {
             if self.closed.get() {
                 return;
             }
-            // Answers first: a waiting turn holds back every message queued behind it. (Any
-            // tab may post any answer: a second post of the same answer is answered 200.) Then
-            // this tab's changes of branch, in order (before a message sent after them), then
-            // the messages. One backoff for the three.
-            let answer = self.conv.borrow().next_answer();
-            let wait = if let Some(a) = answer {
-                self.post_answer(a).await
-            } else if self.conv.borrow().next_branch_action().is_some() {
-                self.post_branch_action().await
-            } else {
-                let next = {
-                    let own = self.own.borrow();
-                    self.conv
-                        .borrow()
-                        .next_to_post(|id| everyone || own.contains(id))
-                };
-                let Some(next) = next else {
-                    return;
-                };
-                self.post_message(next).await
+            let Some(job) = self.next_job(everyone) else {
+                return;
             };
-            match wait {
+            let (url, body) = self.request(&job);
+            let reply = match self.endpoint.send("POST", &url, Some(&body)).await {
+                // A change of branch answers nothing the client reads.
+                Ok(_) if matches!(&job, Job::Branch(b) if !b.regenerate) => Ok(JsValue::NULL),
+                Ok(resp) => body_json(resp).await,
+                Err(e) => Err(e),
+            };
+            match self.settle_job(job, reply).await {
                 None => attempt = 0,
                 Some(after) => {
                     let ms = after.unwrap_or_else(|| backoff_ms(attempt, env::random()));
@@ -120,45 +140,148 @@ impl Client {
         }
     }
 
-    /// Posts one message of the outbox; as [`Client::post_branch_action`] for what it returns.
-    async fn post_message(self: &Rc<Self>, next: Outgoing) -> Option<Option<u32>> {
-        let client_message_id = next.client_message_id;
-        match self
-            .endpoint
-            .post_message(
-                &client_message_id,
-                &next.content,
-                &next.attachments,
-                next.on_busy,
-                next.parent_id.as_ref().map(Option::as_deref),
-            )
-            .await
-        {
-            Ok(mut resp) => {
-                resp.client_message_id = Some(client_message_id.clone());
-                self.accepted(&resp);
+    /// Answers first: a waiting turn holds back every message queued behind it. (Any tab may
+    /// post any answer: a second post of the same answer is answered 200.) Then this tab's
+    /// changes of branch, in order (before a message sent after them), then the messages.
+    fn next_job(&self, everyone: bool) -> Option<Job> {
+        let conv = self.conv.borrow();
+        if let Some(a) = conv.next_answer() {
+            return Some(Job::Answer(a));
+        }
+        if let Some(b) = conv.next_branch_action() {
+            return Some(Job::Branch(b));
+        }
+        let own = self.own.borrow();
+        conv.next_to_post(|id| everyone || own.contains(id))
+            .map(Job::Message)
+    }
+
+    /// The URL and JSON body of `job`'s `POST`.
+    fn request(&self, job: &Job) -> (String, String) {
+        let e = &self.endpoint;
+        let session = enc(&e.session_id);
+        match job {
+            // `POST /api/turns/{turn}/input` (contract v1.2).
+            Job::Answer(a) => (
+                e.url(&["/api/turns/", &enc(&a.turn_id), "/input"]),
+                codec::input_request_json(&a.request_id, &a.answer),
+            ),
+            // `POST /api/messages/{message}/regenerate` (contract v1.2): 202 the first time,
+            // 200 with the same answer for a retry of the same id.
+            Job::Branch(b) if b.regenerate => (
+                e.url(&["/api/messages/", &enc(&b.target), "/regenerate"]),
+                codec::regenerate_request_json(&b.id),
+            ),
+            // `POST /api/sessions/{session}/active` (contract v1.2).
+            Job::Branch(b) => (
+                e.url(&["/api/sessions/", &session, "/active"]),
+                codec::switch_request_json(&b.target),
+            ),
+            Job::Message(m) => (
+                e.url(&["/api/sessions/", &session, "/messages"]),
+                codec::post_request_json(
+                    &m.content,
+                    &m.client_message_id,
+                    &m.attachments,
+                    m.on_busy,
+                    m.parent_id.as_ref().map(Option::as_deref),
+                ),
+            ),
+        }
+    }
+
+    /// What the server's answer to `job` means. `None`: done with it (taken, or refused for
+    /// good); `Some(after)`: try again later (`after` ms when the server said).
+    async fn settle_job(
+        self: &Rc<Self>,
+        job: Job,
+        reply: Result<JsValue, HttpError>,
+    ) -> Option<Option<u32>> {
+        let refusal = match reply {
+            Ok(v) => {
+                if !self.taken(&job, &v) {
+                    return Some(None);
+                }
                 None
             }
             Err(HttpError::Status {
                 status,
                 error,
                 retry_after,
-                ..
+                body,
             }) => match classify_post(status) {
-                PostOutcome::Rejected => {
-                    self.rejected(&client_message_id, error);
-                    None
-                }
-                PostOutcome::Conflict => {
-                    self.conflict(&client_message_id, error).await;
-                    None
-                }
                 PostOutcome::Accepted | PostOutcome::Retry => {
-                    Some(retry_after.map(|s| s.saturating_mul(1000)))
+                    return Some(retry_after.map(|s| s.saturating_mul(1000)));
                 }
+                outcome => Some((outcome, error, body)),
             },
-            Err(HttpError::Network(_)) | Err(HttpError::Decode) => Some(None),
+            Err(HttpError::Network(_)) | Err(HttpError::Decode) => return Some(None),
+        };
+        match job {
+            Job::Answer(a) => {
+                if let Some((_, error, body)) = refusal {
+                    if error.code == "input_already_given" {
+                        if let Some(given) = json::read(&body, codec::input_given) {
+                            self.update(&mut |c| c.apply_given(&a.turn_id, &given));
+                        }
+                    }
+                    self.update(&mut |c| c.drop_answer(&a.turn_id, &a.request_id));
+                    self.settle(&a.turn_id, &a.request_id, Some(&error));
+                }
+            }
+            Job::Branch(b) => {
+                if let Some((_, error, _)) = refusal {
+                    warn("a change of branch was refused", &error.message);
+                }
+                self.conv.borrow_mut().branch_action_done(&b.id);
+                self.save_now().await;
+            }
+            Job::Message(m) => match refusal {
+                Some((PostOutcome::Conflict, error, _)) => {
+                    self.conflict(&m.client_message_id, error).await;
+                }
+                Some((_, error, _)) => self.rejected(&m.client_message_id, error),
+                None => {}
+            },
         }
+        None
+    }
+
+    /// `job` was taken: the view learns what the server answered. False when the answer does
+    /// not read (the job is tried again).
+    fn taken(self: &Rc<Self>, job: &Job, v: &JsValue) -> bool {
+        match job {
+            Job::Answer(a) => {
+                // The turn's state after the answer: read only to know the answer is the server's.
+                if v.get("state").and_then(|s| s.string()).is_none() {
+                    return false;
+                }
+                self.update(&mut |c| c.answer_posted(&a.turn_id, &a.request_id));
+                self.settle(&a.turn_id, &a.request_id, None);
+                self.broadcast(&TabMessage::Answer {
+                    session_id: self.endpoint.session_id.clone(),
+                    turn_id: a.turn_id.clone(),
+                    request_id: a.request_id.clone(),
+                    answer: a.answer.clone(),
+                    sent: true,
+                });
+            }
+            Job::Branch(b) if b.regenerate => match codec::regenerate_response(v) {
+                Some(r) => {
+                    self.update(&mut |c| c.apply_regenerate(&r));
+                }
+                None => return false,
+            },
+            Job::Branch(_) => {}
+            Job::Message(m) => match codec::post_response(v) {
+                Some(mut resp) => {
+                    resp.client_message_id = Some(m.client_message_id.clone());
+                    self.accepted(&resp);
+                }
+                None => return false,
+            },
+        }
+        true
     }
 
     pub(super) fn accepted(self: &Rc<Self>, resp: &PostMessageResponse) {

@@ -7,11 +7,12 @@ use js_sys::{Array, Function, Object};
 use wasm_bindgen::prelude::*;
 use web_sys::console;
 
-use super::answers::parsed;
-use super::{opt_str, set, Client};
-use crate::codec;
+use super::{set, Client};
+use crate::browser::json;
+use crate::codec::{self, write_str, Obj};
 use crate::reducer::entry::EntryError;
-use crate::reducer::EntryView;
+use crate::reducer::{AttachmentView, EntryView, ToolView};
+use turnstream_protocol::{RawJson, TurnRequest};
 
 /// The last state handed to JS, and the JS object of each entry, so an unchanged bubble keeps
 /// its identity (React can skip it) and an unchanged state is the very same object.
@@ -78,8 +79,8 @@ impl Client {
                 Some((prev, js)) if prev == e => js,
                 _ => {
                     let js = entry_js(&e);
-                    Object::freeze(&js);
-                    js.into()
+                    Object::freeze(js.unchecked_ref::<Object>());
+                    js
                 }
             };
             messages.push(&js);
@@ -129,87 +130,86 @@ fn error_js(e: Option<&EntryError>) -> JsValue {
     }
 }
 
-/// One entry as JS sees it (the `ChatEntry` of the TypeScript declarations).
-fn entry_js(e: &EntryView) -> Object {
-    let o = Object::new();
-    set(&o, "key", &e.key.as_str().into());
-    set(&o, "role", &e.role.as_str().into());
-    set(&o, "content", &e.content.as_str().into());
-    set(&o, "status", &e.status.as_str().into());
-    set(&o, "messageId", &opt_str(&e.message_id));
-    set(&o, "clientMessageId", &opt_str(&e.client_message_id));
-    set(&o, "turnId", &opt_str(&e.turn_id));
-    set(&o, "thinking", &e.thinking.as_str().into());
-    let tools = Array::new();
-    for t in &e.tools {
-        let js = Object::new();
-        set(&js, "callId", &t.call_id.as_str().into());
-        set(&js, "name", &t.name.as_str().into());
-        set(&js, "status", &codec::tool_status_name(t.status).into());
-        set(&js, "inputPreview", &opt_str(&t.input_preview));
-        set(&js, "outputPreview", &opt_str(&t.output_preview));
-        tools.push(&js);
-    }
-    set(&o, "tools", &tools);
-    set(&o, "recovered", &e.recovered.into());
-    set(&o, "error", &error_js(e.error.as_ref()));
+/// One entry as JS sees it (the `ChatEntry` of the TypeScript declarations): written as JSON
+/// and parsed by the browser in one call, rather than built field by field across the boundary.
+/// (The tool inputs and answers inside are JSON texts already, from `JSON.stringify`.)
+fn entry_js(e: &EntryView) -> JsValue {
+    let mut out = String::new();
+    let mut o = Obj::new(&mut out);
+    o.str("key", &e.key)
+        .str("role", e.role.as_str())
+        .str("content", &e.content)
+        .str("status", e.status.as_str())
+        .opt_str("messageId", e.message_id.as_deref())
+        .opt_str("clientMessageId", e.client_message_id.as_deref())
+        .opt_str("turnId", e.turn_id.as_deref())
+        .str("thinking", &e.thinking)
+        .list("tools", &e.tools, write_tool)
+        .bool("recovered", e.recovered);
+    write_error(o.key("error"), e.error.as_ref());
     // Unix milliseconds: well inside what a JS number holds exactly.
-    let created_at = e
-        .created_at
-        .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
-    set(&o, "createdAt", &created_at);
-    set(&o, "author", &opt_str(&e.author));
-    let attachments = Array::new();
-    for a in &e.attachments {
-        let js = Object::new();
-        set(&js, "url", &a.url.as_str().into());
-        set(&js, "mediaType", &a.media_type.as_str().into());
-        set(&js, "name", &opt_str(&a.name));
-        attachments.push(&js);
+    o.opt_int("createdAt", e.created_at)
+        .opt_str("author", e.author.as_deref())
+        .list("attachments", &e.attachments, write_attachment)
+        .list("requests", &e.requests, write_request);
+    Obj::new(o.key("branch"))
+        .int("index", i64::from(e.branch.index))
+        .int("count", i64::from(e.branch.count))
+        .end();
+    o.end();
+    json::parse(&out).unwrap_or(JsValue::NULL)
+}
+
+fn write_error(out: &mut String, e: Option<&EntryError>) {
+    match e {
+        Some(e) => Obj::new(out)
+            .str("code", &e.code)
+            .str("message", &e.message)
+            .end(),
+        None => out.push_str("null"),
     }
-    set(&o, "attachments", &attachments);
-    let requests = Array::new();
-    for r in &e.requests {
-        let js = Object::new();
-        set(&js, "requestId", &r.request_id.as_str().into());
-        set(&js, "kind", &r.kind.as_str().into());
-        let tool = match &r.tool {
-            Some(t) => {
-                let tool = Object::new();
-                set(&tool, "callId", &t.call_id.as_str().into());
-                set(&tool, "name", &t.name.as_str().into());
-                set(&tool, "input", &parsed(&t.input));
-                tool.into()
-            }
-            None => JsValue::NULL,
-        };
-        set(&js, "tool", &tool);
-        set(&js, "prompt", &opt_str(&r.prompt));
-        let options = match &r.options {
-            Some(list) => list
-                .iter()
-                .map(|o| JsValue::from_str(o))
-                .collect::<Array>()
-                .into(),
-            None => JsValue::NULL,
-        };
-        set(&js, "options", &options);
-        let expires_at = r
-            .expires_at
-            .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64));
-        set(&js, "expiresAt", &expires_at);
-        set(
-            &js,
-            "answer",
-            &r.answer.as_ref().map_or(JsValue::NULL, parsed),
-        );
-        set(&js, "answeredBy", &opt_str(&r.answered_by));
-        requests.push(&js);
+}
+
+fn write_tool(out: &mut String, t: &ToolView) {
+    Obj::new(out)
+        .str("callId", &t.call_id)
+        .str("name", &t.name)
+        .str("status", codec::tool_status_name(t.status))
+        .opt_str("inputPreview", t.input_preview.as_deref())
+        .opt_str("outputPreview", t.output_preview.as_deref())
+        .end();
+}
+
+fn write_attachment(out: &mut String, a: &AttachmentView) {
+    Obj::new(out)
+        .str("url", &a.url)
+        .str("mediaType", &a.media_type)
+        .opt_str("name", a.name.as_deref())
+        .end();
+}
+
+fn write_request(out: &mut String, r: &TurnRequest) {
+    let mut o = Obj::new(out);
+    o.str("requestId", &r.request_id)
+        .str("kind", r.kind.as_str());
+    match &r.tool {
+        Some(t) => {
+            let mut tool = Obj::new(o.key("tool"));
+            tool.str("callId", &t.call_id).str("name", &t.name);
+            tool.key("input").push_str(t.input.as_str());
+            tool.end();
+        }
+        None => o.key("tool").push_str("null"),
     }
-    set(&o, "requests", &requests);
-    let branch = Object::new();
-    set(&branch, "index", &e.branch.index.into());
-    set(&branch, "count", &e.branch.count.into());
-    set(&o, "branch", &branch);
-    o
+    o.opt_str("prompt", r.prompt.as_deref());
+    match &r.options {
+        Some(list) => {
+            o.list("options", list, |out, s| write_str(out, s));
+        }
+        None => o.key("options").push_str("null"),
+    }
+    o.opt_int("expiresAt", r.expires_at);
+    o.key("answer")
+        .push_str(r.answer.as_ref().map_or("null", RawJson::as_str));
+    o.opt_str("answeredBy", r.answered_by.as_deref()).end();
 }
