@@ -95,6 +95,7 @@ pub enum Figure {
     Refresh,
     Compare,
     Tabs,
+    Scale,
 }
 
 fn main() -> Result<()> {
@@ -116,6 +117,7 @@ fn main() -> Result<()> {
                         Figure::Refresh,
                         Figure::Compare,
                         Figure::Tabs,
+                        Figure::Scale,
                     ],
                 )
                 .await
@@ -159,11 +161,8 @@ async fn run(opts: Opts, figures: &[Figure]) -> Result<()> {
 /// Figure 8 on its own: the streams one node holds (its own table, see docs/performance.md).
 async fn scale_figure(opts: Opts) -> Result<()> {
     let fds = procs::raise_fd_limit();
-    let (n, sample) = if opts.quick {
-        (2_000, 100)
-    } else {
-        (100_000, 1_000)
-    };
+    let sizes = table::Sizes::new(opts.quick);
+    let (n, sample) = (sizes.scale_streams, sizes.scale_sample);
     let mut runs = Vec::new();
     for transport in [
         scale::Transport::Http1,

@@ -61,6 +61,10 @@ pub struct Replay {
     /// Events received per replay (should equal `missed`; turnstream's count includes each
     /// message's own lifecycle events).
     pub received: u64,
+    /// The SSE frames that carried them (one per event on turnstream; durable-streams batches
+    /// records into one frame while catching up) and the bytes of the stream until the last.
+    pub frames: u64,
+    pub bytes: u64,
 }
 
 /// Measures replay of each of `missed` `reps` times. A turnstream `sys` must run with
@@ -94,7 +98,7 @@ pub async fn run(sys: Arc<System>, missed: &[u64], reps: usize) -> Result<Vec<Re
     let mut out = Vec::new();
     for (n, pos) in positions {
         let mut samples = Samples::default();
-        let mut received = 0;
+        let mut received = crate::systems::Received::default();
         for _ in 0..reps {
             let t0 = Instant::now();
             let mut reader = sys.open(STREAM, &Resume::At(pos.clone())).await?;
@@ -107,7 +111,9 @@ pub async fn run(sys: Arc<System>, missed: &[u64], reps: usize) -> Result<Vec<Re
         out.push(Replay {
             missed: n,
             samples,
-            received,
+            received: received.events,
+            frames: received.frames,
+            bytes: received.bytes,
         });
     }
     Ok(out)

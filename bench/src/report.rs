@@ -12,7 +12,7 @@ use crate::pg::{self, RawMode};
 use crate::stats::{dur_ms, ms, thousands, Samples};
 use crate::systems::{Kind, System};
 use crate::table::{Row, Sizes};
-use crate::{append, compare, fanout, h2client, idle, refresh, replay, tabs, Figure, Opts};
+use crate::{append, compare, fanout, h2client, idle, refresh, replay, scale, tabs, Figure, Opts};
 
 const PEERS: [Kind; 3] = [Kind::Ring, Kind::DurableStreams, Kind::Resumable];
 
@@ -59,6 +59,9 @@ pub async fn run_figures(opts: &Opts, figures: &[Figure], fds: u64) -> Result<()
             Figure::Refresh => refresh::figure(&sizes, &mut rows).await,
             Figure::Compare => compare::figure(&sizes, &peers, &mut rows).await,
             Figure::Tabs => tabs::figure(&sizes, &mut rows).await,
+            Figure::Scale => {
+                scale::figure(sizes.scale_streams, sizes.scale_sample, fds, &mut rows).await
+            }
         }
     }
     let table = render(&rows);
@@ -881,10 +884,12 @@ async fn figure_replay(sizes: &Sizes, peers: &Peers, pg: Option<&str>, rows: &mu
                                     out[i].ratio = ratio(ours[i], p50 as f64);
                                 }
                                 format!(
-                                    "{} ms ({} ms; {} events)",
+                                    "{} ms ({} ms; {} events in {} SSE frames, {:.0} KB)",
                                     ms(p50),
                                     ms(s.pct(100.0).unwrap_or(0)),
-                                    thousands(r.received as f64)
+                                    thousands(r.received as f64),
+                                    thousands(r.frames as f64),
+                                    r.bytes as f64 / 1000.0
                                 )
                             }
                         })

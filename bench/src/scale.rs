@@ -305,6 +305,51 @@ async fn publish(sys: &Arc<System>, picked: &[usize]) -> Result<()> {
 }
 
 /// Figure 8's table: one column per mode.
+/// Figure 8 in the main table (`all`): a row per transport, each opened after the last closed.
+pub async fn figure(n: usize, sample: usize, fds: u64, rows: &mut Vec<crate::table::Row>) {
+    for transport in [
+        Transport::Http1,
+        Transport::H2 {
+            per_conn: H2_STREAMS_PER_CONN,
+        },
+    ] {
+        eprintln!("scale: {transport:?}");
+        let result = run(n, sample, fds, transport).await;
+        crate::procs::kill_all();
+        let mut row = crate::table::Row::new(
+            format!(
+                "8. idle streams on one node, {}, one session each: streams open, time to open them all, server RSS per idle stream, then a message to {sample} random sessions: delivery p50 / p99, lost",
+                transport.label()
+            ),
+            "100,000 streams, ≤ 2 KB each, 0 lost",
+        );
+        row.ours = match result {
+            Ok(mut f) => format!(
+                "{} of {} streams{}; opened in {} ms ({:.0}/s); {:.2} KB per stream (RSS {} → {} MiB); delivery {}; {} of {} lost",
+                f.opened,
+                f.wanted,
+                f.capped_by
+                    .as_deref()
+                    .map(|c| format!(" (capped by {c})"))
+                    .unwrap_or_default(),
+                dur_ms(f.open_time),
+                f.opened as f64 / f.open_time.as_secs_f64().max(1e-6),
+                f.bytes_per_stream / 1000.0,
+                f.rss_before_kib / 1024,
+                f.rss_after_kib / 1024,
+                f.delivery.p50_p99(),
+                f.lost,
+                f.sample
+            ),
+            Err(e) => format!("failed: {e:#}"),
+        };
+        row.comparisons.push(
+            "ring, durable-streams, resumable-stream: not run (turnstream's own figure)".into(),
+        );
+        rows.push(row);
+    }
+}
+
 pub fn table(runs: &mut [Scale]) -> String {
     let mut out = String::from("| figure 8: idle streams on one node |");
     for r in runs.iter() {

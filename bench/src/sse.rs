@@ -40,6 +40,11 @@ impl Splitter {
     /// The next complete frame, if any. Comment-only blocks (heartbeats) yield frames with empty
     /// data, so callers can still track byte positions. When there is none, the consumed bytes
     /// are dropped and the scan position remembered.
+    /// Stream bytes consumed by the frames returned so far.
+    pub fn consumed(&self) -> u64 {
+        self.dropped + self.pos as u64
+    }
+
     pub fn next_frame(&mut self) -> Option<Frame> {
         let start = self
             .scan

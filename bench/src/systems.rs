@@ -535,6 +535,14 @@ impl Body {
     }
 }
 
+/// What a reader received until a position: events, the SSE frames carrying them, and bytes.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Received {
+    pub events: u64,
+    pub frames: u64,
+    pub bytes: u64,
+}
+
 /// An open stream.
 pub struct Reader {
     kind: Kind,
@@ -567,12 +575,15 @@ impl Reader {
     }
 
     /// Reads until the reader's position is `target` (the last missed event); returns how many
-    /// events arrived on the way.
-    pub async fn read_until(&mut self, target: &str) -> Result<u64> {
+    /// events arrived on the way, in how many SSE frames, and the stream's bytes up to the last.
+    pub async fn read_until(&mut self, target: &str) -> Result<Received> {
         let mut events = 0u64;
+        let mut frames = 0u64;
+        let start = self.splitter.consumed();
         loop {
             while let Some(frame) = self.splitter.next_frame() {
                 self.track(&frame);
+                frames += 1;
                 events += match self.kind {
                     Kind::Turnstream | Kind::Ring => u64::from(frame.id.is_some()),
                     // A catch-up frame carries many records, each with a "kind" field.
@@ -583,7 +594,11 @@ impl Reader {
                     Kind::Resumable => u64::from(!frame.data.is_empty()),
                 };
                 if self.pos.as_deref() == Some(target) {
-                    return Ok(events);
+                    return Ok(Received {
+                        events,
+                        frames,
+                        bytes: frame.end_offset - start,
+                    });
                 }
             }
             if !self.conn.read_into(&mut self.splitter).await? {

@@ -54,6 +54,9 @@ pub struct Sizes {
     /// and across two nodes.
     pub pg_fanout_cases: usize,
     pub pg_replay_missed: Vec<u64>,
+    /// Figure 8: idle streams opened on one node, and the sessions a message is sent to.
+    pub scale_streams: usize,
+    pub scale_sample: usize,
 }
 
 impl Sizes {
@@ -88,6 +91,8 @@ impl Sizes {
                 pg_http_messages: 1,
                 pg_fanout_cases: 2,
                 pg_replay_missed: vec![1000],
+                scale_streams: 2_000,
+                scale_sample: 100,
             }
         } else {
             Sizes {
@@ -119,6 +124,8 @@ impl Sizes {
                 pg_http_messages: 1,
                 pg_fanout_cases: 4,
                 pg_replay_missed: vec![1000, 10_000],
+                scale_streams: 100_000,
+                scale_sample: 1_000,
             }
         }
     }
