@@ -89,6 +89,13 @@ elif [ -n "$opt" ]; then
   strip=(--strip-debug --strip-producers)
   [ "${TURNSTREAM_KEEP_NAMES:-}" = 1 ] && strip=(--debuginfo --strip-producers)
   mv "$wasm" "$wasm.orig"
+  # --low-memory-unused (0.17 KB): wasm-opt may then fold `p + c` into a load's or store's
+  # offset, which differs only where the sum wraps to an address below 1 KB. Rust's pointer
+  # arithmetic never wraps, and wasm-ld's layout for this target puts the stack below 1 MB
+  # (growing down) and the data and heap above it; checked here: no data segment below 1 MB.
+  low=$("$opt" "${features[@]}" --print "$wasm.orig" |
+    awk '/^ \(data / && match($0, /i32\.const [0-9]+/) { v = substr($0, RSTART + 10, RLENGTH - 10) + 0; if (min == "" || v < min) min = v } END { print min }')
+  [ -n "$low" ] && [ "$low" -ge 1048576 ] && inline+=(--low-memory-unused)
   "$opt" "${strip[@]}" "${features[@]}" "$wasm.orig" -o "$wasm"
   node scripts/order-names.mjs "$wasm.orig"
   best=$(gzip -9 -c "$wasm" | wc -c)

@@ -331,7 +331,7 @@ fn set_panic_hook() {
                 .unwrap_or("panic");
             let (file, line) = info.location().map_or(("?", 0), |l| (l.file(), l.line()));
             web_sys::console::error_4(
-                &js_sys::Error::new(&["turnstream panicked: ", message].concat()).into(),
+                &js_sys::Error::new(&crate::cat(&["turnstream panicked: ", message])).into(),
                 &"at".into(),
                 &file.into(),
                 &line.into(),
@@ -393,7 +393,7 @@ impl ChatClient {
             let added = inner
                 .load_older()
                 .await
-                .map_err(|e| js_error(&["turnstream: loadOlder failed: ", &e].concat()))?;
+                .map_err(|e| js_error(&crate::cat(&["turnstream: loadOlder failed: ", &e])))?;
             let out = js_sys::Object::new();
             js_sys::Reflect::set(&out, &"added".into(), &added.into())?;
             Ok(out.into())
@@ -476,7 +476,7 @@ impl ChatClient {
             inner
                 .cancel(&turn_id)
                 .await
-                .map_err(|e| js_error(&["turnstream: cancel failed: ", &e].concat()))
+                .map_err(|e| js_error(&crate::cat(&["turnstream: cancel failed: ", &e])))
         })
     }
 

@@ -24,7 +24,7 @@ impl Channel {
         on: Rc<dyn Fn(TabMessage)>,
     ) -> Option<Self> {
         let channel =
-            BroadcastChannel::new(&["turnstream:", base_url, ":", session_id].concat()).ok()?;
+            BroadcastChannel::new(&crate::cat(&["turnstream:", base_url, ":", session_id])).ok()?;
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
             // Anything else on the channel (another SDK version, a stray page) is not ours.
             if let Some(msg) = e

@@ -35,9 +35,9 @@ pub(crate) enum HttpError {
 impl HttpError {
     pub(crate) fn message(&self) -> String {
         match self {
-            HttpError::Network(m) => ["network error: ", m].concat(),
+            HttpError::Network(m) => crate::cat(&["network error: ", m]),
             HttpError::Status { status, error, .. } => {
-                let mut s = [&error.code, " ("].concat();
+                let mut s = crate::cat(&[&error.code, " ("]);
                 codec::write_int(&mut s, i64::from(*status));
                 s.push_str("): ");
                 s.push_str(&error.message);
@@ -103,7 +103,7 @@ impl Endpoint {
     ) -> Result<(HistoryResponse, String), HttpError> {
         let mut limit_s = String::new();
         codec::write_int(&mut limit_s, i64::from(limit));
-        let before = before.map(|b| ["&before=", &enc(b)].concat());
+        let before = before.map(|b| crate::cat(&["&before=", &enc(b)]));
         let url = self.url(&[
             "/api/sessions/",
             &enc(&self.session_id),
@@ -171,7 +171,7 @@ async fn fetch(
         set(
             &headers,
             "Authorization",
-            &JsValue::from_str(&["Bearer ", token].concat()),
+            &JsValue::from_str(&crate::cat(&["Bearer ", token])),
         );
     }
     if let Some(body) = json_body {

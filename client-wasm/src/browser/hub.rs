@@ -248,7 +248,7 @@ impl Hub {
     }
 
     fn lock_name(&self) -> String {
-        ["turnstream-leader:", &self.base_url].concat()
+        crate::cat(&["turnstream-leader:", &self.base_url])
     }
 
     fn post(&self, msg: &Relay) {
@@ -519,8 +519,7 @@ impl Hub {
                 }
                 Signal::Garbled(k) => {
                     console::warn_1(
-                        &["turnstream: ignored a frame that did not parse: ", k]
-                            .concat()
+                        &crate::cat(&["turnstream: ignored a frame that did not parse: ", k])
                             .into(),
                     );
                     break;

@@ -18,7 +18,7 @@ pub(crate) struct RelayChannel {
 impl RelayChannel {
     /// `None` where the browser has no BroadcastChannel: each tab then streams for itself.
     pub(crate) fn open(base_url: &str, on: Rc<dyn Fn(Relay)>) -> Option<Self> {
-        let channel = BroadcastChannel::new(&["turnstream-relay:", base_url].concat()).ok()?;
+        let channel = BroadcastChannel::new(&crate::cat(&["turnstream-relay:", base_url])).ok()?;
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
             if let Some(msg) = e
                 .data()

@@ -93,7 +93,7 @@ impl Storage {
         drop(upgrade);
         Some(Storage::IndexedDb {
             db: db.ok()?.unchecked_into(),
-            key: [base_url, "|", session_id].concat(),
+            key: crate::cat(&[base_url, "|", session_id]),
         })
     }
 
@@ -110,7 +110,7 @@ impl Storage {
         let tx = db.transaction_with_str(STORE).map_err(|e| describe(&e))?;
         let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
         let mut records = Vec::new();
-        for k in [key.clone(), [key, LEAVING].concat()] {
+        for k in [key.clone(), crate::cat(&[key, LEAVING])] {
             let req = store
                 .get(&JsValue::from_str(&k))
                 .map_err(|e| describe(&e))?;
@@ -131,7 +131,7 @@ impl Storage {
             .transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite)
             .map_err(|e| describe(&e))?;
         let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
-        let leaving = JsValue::from_str(&[key, LEAVING].concat());
+        let leaving = JsValue::from_str(&crate::cat(&[key, LEAVING]));
         let key = JsValue::from_str(key);
         // Nothing but IndexedDB requests is awaited until the put: a foreign await would let
         // the transaction commit under us.
@@ -172,7 +172,7 @@ impl Storage {
         store
             .put_with_key(
                 &JsValue::from_str(&json),
-                &JsValue::from_str(&[key, LEAVING].concat()),
+                &JsValue::from_str(&crate::cat(&[key, LEAVING])),
             )
             .map_err(|e| describe(&e))?;
         // Commit now rather than when the event loop idles: the page may not get there.

@@ -294,5 +294,5 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
 
 /// The key of a turn's reply bubble.
 pub fn assistant_key(turn_id: &str) -> String {
-    ["turn:", turn_id].concat()
+    crate::cat(&["turn:", turn_id])
 }

@@ -241,7 +241,7 @@ pub(super) fn set(target: &Object, key: &str, value: &JsValue) {
 }
 
 pub(super) fn warn(what: &str, detail: &str) {
-    console::warn_1(&["turnstream: ", what, ": ", detail].concat().into());
+    console::warn_1(&crate::cat(&["turnstream: ", what, ": ", detail]).into());
 }
 
 pub(super) fn opt_str(v: &Option<String>) -> JsValue {

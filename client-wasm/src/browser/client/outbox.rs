@@ -92,13 +92,12 @@ impl Client {
         spawn_local(async move {
             loop {
                 me.outbox_again.set(false);
-                let lock = [
+                let lock = crate::cat(&[
                     "turnstream-outbox:",
                     &me.endpoint.base_url,
                     ":",
                     &me.endpoint.session_id,
-                ]
-                .concat();
+                ]);
                 // One tab posts at a time (the client_message_id makes a double post harmless,
                 // but not free). Without Web Locks, each tab posts only its own messages.
                 if !env::with_lock(&lock, me.clone().drain_outbox(true)).await {
