@@ -16,7 +16,7 @@ use turnstream_protocol::worker::{Continuation, NO_SEQ};
 use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
 use super::lease::{Lease, LeaseError};
-use super::sql::{params, Sql};
+use super::sql::{params, Param, Sql};
 use super::store::{end_turn_in, fold_turn, message_by_id, turn_by_id};
 use super::{Journal, TurnRow, WriteCtx};
 use crate::error::{Error, Result};
@@ -86,6 +86,49 @@ pub(super) fn holds(conn: &dyn Sql, turn_id: &str, token: &str, now: i64) -> Res
         )?
         .unwrap_or(0)
         == 1)
+}
+
+/// Which of `fences` (`(turn, lease token)` pairs) hold their running turn's lease now, in one
+/// statement: [`holds`] for many turns at once.
+pub(super) fn still_holding(
+    conn: &dyn Sql,
+    fences: &[(String, String)],
+    now: i64,
+) -> Result<Vec<(String, String)>> {
+    if fences.is_empty() {
+        return Ok(Vec::new());
+    }
+    // As many placeholders as the next power of two (the last turn repeated), so a few
+    // statement texts serve every count (each is prepared and kept per connection).
+    let slots = fences.len().next_power_of_two();
+    let mut sql = String::from(
+        "SELECT turn_id, lease_token FROM turns WHERE state = 'running'
+         AND lease_token IS NOT NULL AND lease_expires_at > ?1 AND turn_id IN (",
+    );
+    for i in 0..slots {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!("?{}", i + 2));
+    }
+    sql.push(')');
+    let mut args = Vec::with_capacity(slots + 1);
+    args.push(Param::Int(now));
+    for i in 0..slots {
+        let (turn, _) = &fences[i.min(fences.len() - 1)];
+        args.push(Param::Text(turn));
+    }
+    let mut holding = Vec::with_capacity(fences.len());
+    for row in conn.query(&sql, &args)? {
+        let turn = row.text(0)?;
+        let token = row.text(1)?;
+        if let Some(fence) = fences.iter().find(|(t, k)| *t == turn && *k == token) {
+            if !holding.contains(fence) {
+                holding.push(fence.clone());
+            }
+        }
+    }
+    Ok(holding)
 }
 
 /// A turn a claim handed out.
@@ -657,5 +700,59 @@ impl Journal {
             )
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::schema;
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    fn pair(turn: &str, token: &str) -> (String, String) {
+        (turn.to_string(), token.to_string())
+    }
+
+    #[test]
+    fn still_holding_keeps_only_the_leases_that_hold_now() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let mut conn = rusqlite::Connection::open(dir.path().join("l.db"))?;
+        schema::configure(&conn)?;
+        schema::migrate(&mut conn)?;
+        for (turn, state, token, expires) in [
+            ("a", "running", "ta", 2_000),
+            ("b", "running", "tb", 2_000),
+            ("c", "running", "tc", 500),
+            ("d", "completed", "td", 2_000),
+            ("e", "running", "new", 2_000),
+        ] {
+            conn.execute(
+                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at,
+                                   queued_seq, lease_token, lease_owner, lease_expires_at)
+                 VALUES (?1, 's', 'm', ?2, 0, 1, ?3, 'w', ?4)",
+                rusqlite::params![turn, state, token, expires],
+            )?;
+        }
+        let known = vec![
+            pair("a", "ta"),
+            pair("b", "tb"),
+            pair("c", "tc"),
+            pair("d", "td"),
+            pair("e", "old"),
+        ];
+        let holding = still_holding(&conn, &known, 1_000)?;
+        assert_eq!(holding, vec![pair("a", "ta"), pair("b", "tb")]);
+        // The same answers as one `holds` per turn.
+        for (turn, token) in &known {
+            assert_eq!(
+                holds(&conn, turn, token, 1_000)?,
+                holding.contains(&pair(turn, token)),
+                "{turn}"
+            );
+        }
+        assert!(still_holding(&conn, &[], 1_000)?.is_empty());
+        assert!(still_holding(&conn, &known, 3_000)?.is_empty(), "expired");
+        Ok(())
     }
 }

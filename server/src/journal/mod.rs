@@ -307,6 +307,7 @@ impl Journal {
             health: health.clone(),
             busy_timeout: options.busy_timeout,
             clock: options.clock.clone(),
+            fences: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("turnstream-writer".into())

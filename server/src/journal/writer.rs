@@ -28,6 +28,9 @@ use crate::metrics::Metrics;
 
 /// Most writes committed by one transaction.
 const MAX_BATCH: usize = 1024;
+/// Most leases a batch hands on to the next to check in one statement (see
+/// [`Writer::fences`]); a turn beyond them is checked at its first write, as before.
+const MAX_KNOWN_FENCES: usize = 1024;
 /// First wait, once writes fail, before the writer probes the storage on its own; doubled after
 /// each failed probe up to [`PROBE_MAX`]. Any queued write is an attempt too.
 const PROBE_FIRST: Duration = Duration::from_millis(100);
@@ -150,6 +153,9 @@ pub(super) struct Writer {
     pub busy_timeout: Duration,
     /// What each job's `now` is read from.
     pub clock: crate::clock::Clock,
+    /// Where other servers write too: the `(turn, lease token)` pairs the last batch found
+    /// holding, checked again at the start of the next.
+    pub fences: Vec<(String, String)>,
 }
 
 impl Writer {
@@ -204,9 +210,8 @@ impl Writer {
             self.metrics.batch_size.observe(batch.len() as f64);
             // A batch that lands does not end a fault (see the module docs); one that fails
             // starts or prolongs it.
-            if let Some((fault, message)) = self.commit_batch(batch, &mut next_seq) {
-                self.health.record_fault(fault, &message);
-            }
+            // Its fault, if any, is recorded in the health already.
+            let _ = self.commit_batch(batch, &mut next_seq);
         }
         tracing::debug!("journal writer stopped");
     }
@@ -218,18 +223,20 @@ impl Writer {
     /// write), then the row put back to its small size. Ready again means all three held.
     fn probe(&mut self, next_seq: &mut i64) {
         let outcome = match self.conn.free_bytes() {
-            Some(free) if free < PROBE_ROOM => Err(Error::storage(
+            Some(free) if free < PROBE_ROOM => Err(Some(Error::storage(
                 StorageFault::Full,
                 format!(
                     "the database's file system has {free} bytes free; writes resume once it \
                      has {PROBE_ROOM}"
                 ),
-            )),
+            ))),
             _ => self.probe_write(next_seq),
         };
         match outcome {
             Ok(()) => self.health.record_ok(),
-            Err(e) => {
+            // The probe's batch was lost, and its fault recorded with it.
+            Err(None) => {}
+            Err(Some(e)) => {
                 let fault = e.storage_fault().unwrap_or(StorageFault::Unavailable);
                 self.health
                     .record_fault(fault, &format!("write probe failed: {e}"));
@@ -238,20 +245,23 @@ impl Writer {
     }
 
     /// [`PROBE_BYTES`] through a batch of its own, then the one-row write that shrinks it back.
-    fn probe_write(&mut self, next_seq: &mut i64) -> Result<()> {
+    /// `Err(None)`: the batch met a storage fault, recorded in the health already.
+    fn probe_write(&mut self, next_seq: &mut i64) -> std::result::Result<(), Option<Error>> {
         let (job, mut done) = Job::new(false, |ctx| write_probe_of(ctx.conn, PROBE_BYTES));
         match (self.commit_batch(vec![job], next_seq), done.try_recv()) {
-            (None, Ok(Ok(()))) => self.conn.probe(),
-            (Some((fault, message)), _) => Err(Error::storage(fault, message)),
-            (None, Ok(Err(e))) => Err(e),
+            (None, Ok(Ok(()))) => self.conn.probe().map_err(Some),
+            (Some(_), _) => Err(None),
+            (None, Ok(Err(e))) => Err(Some(e)),
             // (Never: the batch answers every job before it returns.)
-            (None, Err(_)) => Err(Error::Closed),
+            (None, Err(_)) => Err(Some(Error::Closed)),
         }
     }
 
     /// Runs `batch` in one transaction and answers every job: after the commit, or with the
-    /// error that lost the batch. Events reach the hub only after the commit. Returns the
-    /// storage fault seen, if any (a job's own, or the one that lost the batch).
+    /// error that lost the batch. Events reach the hub only after the commit. A storage fault
+    /// seen (a job's own, or the one that lost the batch) is recorded in the health before any
+    /// job is answered, so a client refused for it finds the server not ready as well; it is
+    /// returned too.
     fn commit_batch(
         &mut self,
         batch: Vec<Job>,
@@ -265,20 +275,43 @@ impl Writer {
                     .as_secs_f64(),
             );
         }
-        match self.conn.begin() {
-            Ok(None) => {}
-            Ok(Some(head)) => *next_seq = head + 1,
+        let shared = match self.conn.begin() {
+            Ok(None) => false,
+            Ok(Some(head)) => {
+                *next_seq = head + 1;
+                true
+            }
             Err(e) => {
-                return Some(fail_all(
+                return fail_all(
+                    &self.health,
                     Vec::new(),
                     batch,
                     Lost::of("cannot begin a write transaction", &e),
-                ))
+                );
             }
-        }
+        };
         let batch_start_seq = *next_seq;
         // Leases found holding in this batch (its transaction: no other writer runs meanwhile).
+        // Where other servers write too, the leases the last batches found holding are checked
+        // again first, all in one statement, rather than one statement per turn as its first
+        // write in the batch comes (a round trip each).
         let mut fences = Vec::new();
+        if shared && !self.fences.is_empty() {
+            let known = std::mem::take(&mut self.fences);
+            match super::leased_turns::still_holding(self.conn.sql(), &known, self.clock.now_ms()) {
+                Ok(holding) => fences = holding,
+                Err(e) => {
+                    *next_seq = batch_start_seq;
+                    self.conn.rollback();
+                    return fail_all(
+                        &self.health,
+                        Vec::new(),
+                        batch,
+                        Lost::of("cannot check the leases", &e),
+                    );
+                }
+            }
+        }
         let mut completions: Vec<(Instant, Completion)> = Vec::with_capacity(batch.len());
         let mut committed: Vec<Committed> = Vec::new();
         let mut job_fault = None;
@@ -351,10 +384,14 @@ impl Writer {
                 committed.extend(job_events);
             }
         }
+        if shared {
+            fences.truncate(MAX_KNOWN_FENCES);
+            self.fences = fences;
+        }
         if let Some(lost) = lost {
             *next_seq = batch_start_seq;
             self.conn.rollback();
-            return Some(fail_all(completions, jobs.collect(), lost));
+            return fail_all(&self.health, completions, jobs.collect(), lost);
         }
         let commit_start = Instant::now();
         self.metrics
@@ -373,6 +410,9 @@ impl Writer {
                 self.metrics
                     .publish_time
                     .observe(publish_start.elapsed().as_secs_f64());
+                if let Some((fault, message)) = &job_fault {
+                    self.health.record_fault(*fault, message);
+                }
                 for (enqueued, completion) in completions {
                     self.metrics
                         .append_latency
@@ -398,22 +438,26 @@ impl Writer {
                         self.head.store(stored, Ordering::Release);
                     }
                 }
-                Some(fail_all(
+                fail_all(
+                    &self.health,
                     completions,
                     Vec::new(),
                     Lost::of("commit failed", &e),
-                ))
+                )
             }
         }
     }
 }
 
-/// Answers every job of a lost batch with its error: those that ran, and those never run.
+/// Records the fault that lost a batch in the health, then answers every job of it with its
+/// error: those that ran, and those never run.
 fn fail_all(
+    health: &WriteHealth,
     ran: Vec<(Instant, Completion)>,
     not_run: Vec<Job>,
     lost: Lost,
-) -> (StorageFault, String) {
+) -> Option<(StorageFault, String)> {
+    health.record_fault(lost.fault, &lost.message);
     // Not an error log per batch: the health logs the first failure and the recovery.
     tracing::debug!(error = %lost.message, jobs = ran.len() + not_run.len(), "journal: a write batch was lost");
     for (_, completion) in ran {
@@ -423,7 +467,7 @@ fn fail_all(
         let (_, completion) = (job.run)(None);
         completion(Err(lost.error()));
     }
-    (lost.fault, lost.message)
+    Some((lost.fault, lost.message))
 }
 
 #[cfg(test)]
@@ -468,6 +512,7 @@ mod tests {
                 health: Arc::new(WriteHealth::new(metrics)),
                 busy_timeout: schema::DEFAULT_BUSY_TIMEOUT,
                 clock: crate::clock::Clock::system(),
+                fences: Vec::new(),
             },
         ))
     }

@@ -175,11 +175,18 @@ impl PgClient {
         })
     }
 
-    /// Sends the events held back, in one statement.
-    fn flush(&self) -> Result<()> {
+    /// Runs `next` (the future of one statement, not yet polled) after sending the events held
+    /// back, in the same round trip: both requests are written before either answer is awaited,
+    /// the insert first (the connection keeps their order). Should the insert fail, the
+    /// transaction is aborted and `next` fails or rolls back with it; the insert's error is the
+    /// answer.
+    fn then<T>(
+        &self,
+        next: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
         let p = std::mem::take(&mut *self.pending.borrow_mut());
         if p.ids.is_empty() {
-            return Ok(());
+            return self.track(self.rt.block_on(next));
         }
         const INSERT: &str = "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
              SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
@@ -192,15 +199,35 @@ impl PgClient {
             (&p.ts, Type::INT8_ARRAY),
             (&p.data, Type::TEXT_ARRAY),
         ];
-        let r = self.rt.block_on(async {
-            if self.statements.unnamed() {
-                return self.client.execute_typed(INSERT, &args).await;
-            }
-            let stmt = self.client.prepare_cached(INSERT).await?;
-            let values: Vec<&(dyn ToSql + Sync)> = args.iter().map(|(v, _)| *v).collect();
-            self.client.execute(&stmt, &values).await
+        let (inserted, r) = self.rt.block_on(async {
+            // Prepared (or found prepared) before anything is sent: `next` must not overtake it.
+            let stmt = if self.statements.unnamed() {
+                None
+            } else {
+                match self.client.prepare_cached(INSERT).await {
+                    Ok(stmt) => Some(stmt),
+                    Err(e) => return (Err(e), None),
+                }
+            };
+            let insert = async {
+                match &stmt {
+                    None => self.client.execute_typed(INSERT, &args).await,
+                    Some(stmt) => {
+                        let values: Vec<&(dyn ToSql + Sync)> =
+                            args.iter().map(|(v, _)| *v).collect();
+                        self.client.execute(stmt, &values).await
+                    }
+                }
+            };
+            // `join` polls the insert first: its request is written before `next`'s.
+            let (inserted, r) = futures::future::join(insert, next).await;
+            (inserted, Some(r))
         });
-        self.track(r.map(|_| ()))
+        self.track(inserted.map(|_| ()))?;
+        match r {
+            Some(r) => self.track(r),
+            None => Err(Error::Corrupt("a statement was not sent".into())),
+        }
     }
 
     /// Notes whether a statement failed (see `failed`, and [`Statements::saw`]).
@@ -220,11 +247,13 @@ impl PgClient {
     /// back, or dropping them with the transaction they were in (`held`). `recovers`: once it
     /// ran, the transaction accepts statements again (see `failed`).
     fn control(&self, sql: &str, held: Held, recovers: bool) -> Result<()> {
-        match held {
-            Held::Send => self.flush()?,
-            Held::Drop => *self.pending.borrow_mut() = Pending::default(),
-        }
-        let r = self.track(self.rt.block_on(self.client.batch_execute(sql)));
+        let r = match held {
+            Held::Send => self.then(self.client.batch_execute(sql)),
+            Held::Drop => {
+                *self.pending.borrow_mut() = Pending::default();
+                self.track(self.rt.block_on(self.client.batch_execute(sql)))
+            }
+        };
         if r.is_ok() && recovers {
             self.failed.set(false);
         }
@@ -234,6 +263,36 @@ impl PgClient {
     /// Begins a transaction: `how` is [`BEGIN`] or [`BEGIN_READ`].
     pub(super) fn begin(&self, how: &str) -> Result<()> {
         self.control(how, Held::Send, true)
+    }
+
+    /// Begins a write transaction ([`BEGIN`]) and locks the one row of `counter`, in one round
+    /// trip: the head as it stands once the lock is held.
+    pub(super) fn begin_counted(&self) -> Result<i64> {
+        let sql = format!("{BEGIN}; SELECT head FROM counter FOR UPDATE");
+        let messages = self.then(self.client.simple_query(&sql))?;
+        self.failed.set(false);
+        let head = messages
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row.get(0)),
+                _ => None,
+            })
+            .flatten()
+            .ok_or_else(|| Error::Corrupt("the counter row is missing".into()))?;
+        head.parse()
+            .map_err(|e| Error::Corrupt(format!("the counter's head {head:?}: {e}")))
+    }
+
+    /// Commits a write transaction that appended events up to `head`: the events held back, the
+    /// counter raised to `head`, a wake-up for every server's tail and the COMMIT go in one
+    /// round trip. Should the insert or the update fail, the COMMIT is not run (a failed
+    /// statement ends the simple query it is in) and the transaction is left to roll back.
+    pub(super) fn commit_head(&self, head: i64) -> Result<()> {
+        self.control(
+            &format!("UPDATE counter SET head = {head}; NOTIFY turnstream_events; COMMIT"),
+            Held::Send,
+            false,
+        )
     }
 
     pub(super) fn commit(&self) -> Result<()> {
@@ -257,22 +316,16 @@ impl PgClient {
         self.control("ROLLBACK TO job; RELEASE job", Held::Send, true)
     }
 
-    /// A wake-up for every server's tail, delivered at commit; never the data itself.
-    pub(super) fn notify_events(&self) -> Result<()> {
-        self.control("NOTIFY turnstream_events", Held::Send, false)
-    }
-
     fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
-        self.flush()?;
         let sql = dollar_params(sql);
-        self.track(self.rt.block_on(async {
+        self.then(async {
             if self.statements.unnamed() {
                 return self.client.query_typed(&sql, &typed(params)).await;
             }
             let stmt = self.client.prepare_cached(&sql).await?;
             let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
             self.client.query(&stmt, &args).await
-        }))
+        })
     }
 }
 
@@ -375,16 +428,15 @@ impl Sql for PgClient {
     }
 
     fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
-        self.flush()?;
         let sql = dollar_params(sql);
-        self.track(self.rt.block_on(async {
+        self.then(async {
             if self.statements.unnamed() {
                 return self.client.execute_typed(&sql, &typed(params)).await;
             }
             let stmt = self.client.prepare_cached(&sql).await?;
             let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
             self.client.execute(&stmt, &args).await
-        }))
+        })
     }
 
     fn insert_event(&self, e: &EventRow<'_>) -> Result<()> {

@@ -91,15 +91,12 @@ impl Sql for Disconnected {
 impl WriteConn for Writer {
     fn begin(&mut self) -> Result<Option<i64>> {
         self.rollback();
-        let client = self.client()?;
-        client.begin(BEGIN)?;
+        self.client()?;
+        // Left to roll back should the lock's statement fail after BEGIN.
         self.open = true;
         // Every writer of every server takes this lock first: transactions that append commit
         // one after another, in the order of their ids.
-        let head = self
-            .sql()
-            .query_int("SELECT head FROM counter FOR UPDATE", &[])?;
-        let head = head.ok_or_else(|| Error::Corrupt("the counter row is missing".into()))?;
+        let head = self.connected()?.begin_counted()?;
         self.begun_at = head;
         Ok(Some(head))
     }
@@ -128,13 +125,16 @@ impl WriteConn for Writer {
     }
 
     fn commit(&mut self, head: i64) -> Result<()> {
-        if head != self.begun_at {
-            self.sql()
-                .execute("UPDATE counter SET head = ?1", &[Param::Int(head)])?;
-            self.connected()?.notify_events()?;
-        }
-        let r = self.connected().and_then(PgClient::commit);
-        self.open = false;
+        let r = self.connected().and_then(|c| {
+            if head != self.begun_at {
+                c.commit_head(head)
+            } else {
+                c.commit()
+            }
+        });
+        // A statement before the COMMIT may have failed, leaving the transaction open: the
+        // rollback that follows a failed commit ends it (and does nothing where none is left).
+        self.open = r.is_err();
         r
     }
 
