@@ -1,5 +1,6 @@
 //! Schema of the journal database, versioned with `PRAGMA user_version`.
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::error::{Error, Result};
@@ -176,7 +177,16 @@ pub fn configure(conn: &Connection) -> Result<()> {
 }
 
 /// Settings every connection gets; `busy_timeout` bounds the wait for another connection's lock.
+///
+/// The query planner's stability guarantee is on: a prepared statement keeps its one plan
+/// whatever values are bound. Without it SQLite recompiles a statement on the next run after
+/// any value is bound to a parameter that could steer the plan (a bound `LIMIT`, a key compared
+/// inside a subquery), which the journal's statements, cached and run with new values every
+/// time, paid on every run: a message's commit recompiled the lookup of its session's leaf,
+/// and each turn's start the query of its row. None of the journal's queries needs a plan
+/// chosen by value (no partial index is matched against a bound value).
 pub fn configure_with(conn: &Connection, busy_timeout: std::time::Duration) -> Result<()> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     conn.busy_timeout(busy_timeout)?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     conn.pragma_update(None, "synchronous", "FULL")?;

@@ -201,11 +201,18 @@ impl Sql for Connection {
     }
 }
 
+/// Runs a transaction-control statement from the connection's statement cache: parsed once,
+/// not on every batch and job as `execute_batch` would.
+fn control(conn: &Connection, sql: &str) -> Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 impl WriteConn for Connection {
     fn begin(&mut self) -> Result<Option<i64>> {
         self.rollback();
         // IMMEDIATE: take the write lock now, not at the first write halfway through a batch.
-        self.execute_batch("BEGIN IMMEDIATE")?;
+        control(self, "BEGIN IMMEDIATE")?;
         Ok(None)
     }
 
@@ -214,11 +221,11 @@ impl WriteConn for Connection {
     }
 
     fn savepoint(&self) -> Result<()> {
-        Ok(self.execute_batch("SAVEPOINT job")?)
+        control(self, "SAVEPOINT job")
     }
 
     fn release_savepoint(&self) -> Result<()> {
-        Ok(self.execute_batch("RELEASE job")?)
+        control(self, "RELEASE job")
     }
 
     fn rollback_to_savepoint(&self) -> Result<()> {
@@ -238,7 +245,7 @@ impl WriteConn for Connection {
     }
 
     fn commit(&mut self, _head: i64) -> Result<()> {
-        Ok(self.execute_batch("COMMIT")?)
+        control(self, "COMMIT")
     }
 
     fn rollback(&mut self) {
@@ -331,5 +338,45 @@ impl Readers {
             pool.push(conn);
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::StatementStatus;
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    /// The journal's statements are prepared once and run with new values every time: on a
+    /// connection the journal configured, binding new values recompiles none of them (SQLite
+    /// otherwise recompiles, on the next run, a statement whose bound `LIMIT` or subquery key
+    /// could steer its plan).
+    #[test]
+    fn binding_new_values_recompiles_no_statement() -> TestResult {
+        let mut conn = Connection::open_in_memory()?;
+        schema::configure(&conn)?;
+        schema::migrate(&mut conn)?;
+        let page = "SELECT id FROM events WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+        let leaf = "SELECT (SELECT leaf_id FROM leaves WHERE session_id = ?1),
+                (SELECT reply_id FROM turns WHERE session_id = ?1
+                 ORDER BY queued_seq DESC LIMIT 1)";
+        for i in 0..4i64 {
+            let session = format!("s{i}");
+            conn.query(
+                page,
+                crate::journal::sql::params![session.as_str(), i, i + 1],
+            )?;
+            conn.query(leaf, crate::journal::sql::params![session.as_str()])?;
+        }
+        for sql in [page, leaf] {
+            let stmt = conn.prepare_cached(sql)?;
+            assert_eq!(
+                stmt.get_status(StatementStatus::RePrepare),
+                0,
+                "recompiled on new values: {sql}"
+            );
+        }
+        Ok(())
     }
 }
