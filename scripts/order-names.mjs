@@ -7,30 +7,11 @@
 //
 // Usage: node scripts/order-names.mjs file.wasm
 import { readFileSync, writeFileSync } from "node:fs";
+import { leb, readName, skipImportDesc, str, uleb } from "./wasm-binary.mjs";
 
 const [file] = process.argv.slice(2);
 const wasm = readFileSync(file);
 
-function leb(buf, at) {
-  let value = 0, shift = 0, byte;
-  do {
-    byte = buf[at++];
-    value += (byte & 0x7f) * 2 ** shift;
-    shift += 7;
-  } while (byte & 0x80);
-  return [value, at];
-}
-function uleb(n) {
-  const out = [];
-  do {
-    let byte = n & 0x7f;
-    n = Math.floor(n / 128);
-    if (n) byte |= 0x80;
-    out.push(byte);
-  } while (n);
-  return Buffer.from(out);
-}
-const str = (s) => Buffer.concat([uleb(Buffer.byteLength(s)), Buffer.from(s)]);
 
 // Sections: [id, start of contents, end, start of header].
 const sections = [];
@@ -46,23 +27,11 @@ for (const [id, start] of sections) {
   if (id === 2) {
     let [count, p] = leb(wasm, start);
     for (let i = 0; i < count; i++) {
-      let len;
-      for (let s = 0; s < 2; s++) {
-        [len, p] = leb(wasm, p);
-        p += len;
-      }
-      const kind = wasm[p++];
-      if (kind === 0) {
-        imported++;
-        [, p] = leb(wasm, p);
-      } else if (kind === 1 || kind === 2) {
-        if (kind === 1) p++;
-        const flags = wasm[p++];
-        [, p] = leb(wasm, p);
-        if (flags & 1) [, p] = leb(wasm, p);
-      } else if (kind === 3) p += 2;
-      else if (kind === 4) [, p] = leb(wasm, p + 1);
-      else throw new Error(`order-names: unknown import kind ${kind}`);
+      [, p] = readName(wasm, p); // module
+      [, p] = readName(wasm, p); // name
+      let kind;
+      [kind, p] = skipImportDesc(wasm, p);
+      if (kind === 0) imported++;
     }
   } else if (id === 3) {
     let [count, p] = leb(wasm, start);
@@ -77,12 +46,11 @@ for (const [id, start] of sections) {
 const parts = [wasm.subarray(0, 8)];
 let renamed = 0;
 for (const [id, start, end, header] of sections) {
-  let [len, p] = id === 0 ? leb(wasm, start) : [0, start];
-  if (id !== 0 || wasm.toString("utf8", p, p + len) !== "name") {
+  let [custom, p] = id === 0 ? readName(wasm, start) : [null, start];
+  if (custom !== "name") {
     parts.push(wasm.subarray(header, end));
     continue;
   }
-  p += len;
   const subs = [str("name")];
   while (p < end) {
     const sub = wasm[p];
@@ -98,11 +66,9 @@ for (const [id, start, end, header] of sections) {
     [count, p] = leb(wasm, p);
     const names = [uleb(count)];
     for (let i = 0; i < count; i++) {
-      let index, n;
+      let index, name;
       [index, p] = leb(wasm, p);
-      [n, p] = leb(wasm, p);
-      let name = wasm.toString("utf8", p, p + n);
-      p += n;
+      [name, p] = readName(wasm, p);
       const type = types[index - imported];
       if (type !== undefined) {
         const bare = name.replace(/::h[0-9a-f]{16}$/, "").replace(/\[[0-9a-f]+\]/g, "");

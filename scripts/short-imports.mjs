@@ -8,32 +8,13 @@
 //
 // Usage: node scripts/short-imports.mjs pkg/turnstream_bg.wasm pkg/turnstream.js [pkg/turnstream_bg.wasm.d.ts]
 import { readFileSync, writeFileSync } from "node:fs";
+import { leb, readName, skipImportDesc, str, uleb } from "./wasm-binary.mjs";
 
 const [wasmFile, jsFile, dtsFile] = process.argv.slice(2);
 const wasm = readFileSync(wasmFile);
 let js = readFileSync(jsFile, "utf8");
 let dts = dtsFile ? readFileSync(dtsFile, "utf8") : "";
 
-function leb(buf, at) {
-  let value = 0, shift = 0, byte;
-  do {
-    byte = buf[at++];
-    value += (byte & 0x7f) * 2 ** shift;
-    shift += 7;
-  } while (byte & 0x80);
-  return [value, at];
-}
-function uleb(n) {
-  const out = [];
-  do {
-    let byte = n & 0x7f;
-    n = Math.floor(n / 128);
-    if (n) byte |= 0x80;
-    out.push(byte);
-  } while (n);
-  return Buffer.from(out);
-}
-const str = (s) => Buffer.concat([uleb(Buffer.byteLength(s)), Buffer.from(s)]);
 
 const parts = [wasm.subarray(0, 8)];
 const renamed = new Map();
@@ -49,10 +30,8 @@ while (at < wasm.length) {
     let [count, p] = leb(wasm, start);
     const entries = [];
     for (let i = 0; i < count; i++) {
-      let len;
-      [len, p] = leb(wasm, p);
-      let name = wasm.toString("utf8", p, p + len);
-      p += len;
+      let name;
+      [name, p] = readName(wasm, p);
       const descStart = p;
       [, p] = leb(wasm, p + 1);
       if (/^wasm_bindgen__convert__closures_____invoke__h[0-9a-f]{16}(_\d+)?$/.test(name)) {
@@ -76,24 +55,11 @@ while (at < wasm.length) {
   let [count, p] = leb(wasm, start);
   const entries = [];
   for (let i = 0; i < count; i++) {
-    let len;
-    [len, p] = leb(wasm, p);
-    const module = wasm.toString("utf8", p, p + len);
-    p += len;
-    [len, p] = leb(wasm, p);
-    const name = wasm.toString("utf8", p, p + len);
-    p += len;
+    let module, name;
+    [module, p] = readName(wasm, p);
+    [name, p] = readName(wasm, p);
     const descStart = p;
-    const kind = wasm[p++];
-    if (kind === 0) [, p] = leb(wasm, p); // function: type index
-    else if (kind === 1 || kind === 2) {
-      if (kind === 1) p++; // table: element type
-      const flags = wasm[p++];
-      [, p] = leb(wasm, p);
-      if (flags & 1) [, p] = leb(wasm, p);
-    } else if (kind === 3) p += 2; // global: value type, mutability
-    else if (kind === 4) [, p] = leb(wasm, p + 1); // tag: attribute, type index
-    else throw new Error(`short-imports: unknown import kind ${kind}`);
+    [, p] = skipImportDesc(wasm, p);
     entries.push({ module, name, desc: wasm.subarray(descStart, p) });
   }
   for (const e of entries) taken.add(e.name);
