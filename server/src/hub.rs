@@ -733,13 +733,7 @@ mod tests {
         use std::sync::atomic::AtomicUsize;
         const STREAMS: usize = 1000;
         const ROUNDS: i64 = 200;
-        let rt = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => panic!("runtime: {e}"),
-        };
+        let rt = crate::inbox::stress::runtime();
         let hub = Hub::new();
         let taken = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..STREAMS)
@@ -765,23 +759,11 @@ mod tests {
         for round in 1..=ROUNDS {
             let seq = 3 * round;
             hub.publish(&[frame(seq - 2, "a"), frame(seq - 1, "a"), frame(seq, "b")]);
-            let want = STREAMS * 2 * round as usize;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-            while taken.load(Ordering::SeqCst) < want {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "round {round}: streams were not woken ({} frames of {want} taken)",
-                    taken.load(Ordering::SeqCst)
-                );
-                std::thread::yield_now();
-            }
+            crate::inbox::stress::wait_for_round(&taken, STREAMS * 2 * round as usize, round);
         }
         hub.close();
-        for t in tasks {
-            match rt.block_on(t) {
-                Ok(last) => assert_eq!(last, 3 * ROUNDS - 1),
-                Err(e) => panic!("stream task: {e}"),
-            }
+        for last in crate::inbox::stress::lasts(&rt, tasks) {
+            assert_eq!(last, 3 * ROUNDS - 1);
         }
     }
 }

@@ -335,13 +335,7 @@ mod tests {
     fn no_wake_up_is_lost_between_threads() {
         const STREAMS: usize = 1000;
         const ROUNDS: i64 = 200;
-        let rt = match tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .build()
-        {
-            Ok(rt) => rt,
-            Err(e) => panic!("runtime: {e}"),
-        };
+        let rt = stress::runtime();
         let inboxes: Vec<Arc<Inbox>> = (0..STREAMS)
             .map(|i| Arc::new(Inbox::new(i as u64, false)))
             .collect();
@@ -368,25 +362,59 @@ mod tests {
             for inbox in &inboxes {
                 inbox.push(&f);
             }
-            let want = STREAMS * round as usize;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-            while taken.load(Ordering::SeqCst) < want {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "round {round}: {} of {STREAMS} streams took the frame; the others were not woken",
-                    STREAMS - (want - taken.load(Ordering::SeqCst))
-                );
-                std::thread::yield_now();
-            }
+            stress::wait_for_round(&taken, STREAMS * round as usize, round);
         }
         for inbox in &inboxes {
             inbox.close();
         }
-        for t in tasks {
-            match rt.block_on(t) {
-                Ok(last) => assert_eq!(last, ROUNDS),
-                Err(e) => panic!("stream task: {e}"),
-            }
+        for last in stress::lasts(&rt, tasks) {
+            assert_eq!(last, ROUNDS);
         }
+    }
+}
+
+/// What the cross-thread wake-up tests (the inbox's and the hub's) share.
+#[cfg(test)]
+pub(crate) mod stress {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// A runtime of two worker threads for the waiting streams.
+    pub(crate) fn runtime() -> tokio::runtime::Runtime {
+        match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => panic!("runtime: {e}"),
+        }
+    }
+
+    /// Waits until the streams have taken `want` frames in all; fails `round` if they have not
+    /// within 20 s (a stream was not woken, and waits for a frame that does not come).
+    pub(crate) fn wait_for_round(taken: &AtomicUsize, want: usize, round: i64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while taken.load(Ordering::SeqCst) < want {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: {} frames of {want} taken; the other streams were not woken",
+                taken.load(Ordering::SeqCst)
+            );
+            std::thread::yield_now();
+        }
+    }
+
+    /// The last frame each stream task took, once every one has ended.
+    pub(crate) fn lasts(
+        rt: &tokio::runtime::Runtime,
+        tasks: Vec<tokio::task::JoinHandle<i64>>,
+    ) -> Vec<i64> {
+        tasks
+            .into_iter()
+            .map(|t| match rt.block_on(t) {
+                Ok(last) => last,
+                Err(e) => panic!("stream task: {e}"),
+            })
+            .collect()
     }
 }
