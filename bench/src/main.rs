@@ -164,16 +164,8 @@ async fn scale_figure(opts: Opts) -> Result<()> {
     let sizes = table::Sizes::new(opts.quick);
     let (n, sample) = (sizes.scale_streams, sizes.scale_sample);
     let mut runs = Vec::new();
-    for transport in [
-        scale::Transport::Http1,
-        scale::Transport::H2 {
-            per_conn: scale::H2_STREAMS_PER_CONN,
-        },
-    ] {
-        eprintln!("scale: {transport:?}");
-        let result = scale::run(n, sample, fds, transport).await;
-        procs::kill_all();
-        runs.push(result?);
+    for transport in scale::TRANSPORTS {
+        runs.push(scale::measure(n, sample, fds, transport).await?);
     }
     let out = scale::table(&mut runs);
     println!("{out}");

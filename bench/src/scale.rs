@@ -46,6 +46,22 @@ pub enum Transport {
 /// Streams per connection in the HTTP/2 mode (the figure).
 pub const H2_STREAMS_PER_CONN: usize = 100;
 
+/// The transports figure 8 measures, in order: HTTP/1.1, then HTTP/2 + TLS.
+pub const TRANSPORTS: [Transport; 2] = [
+    Transport::Http1,
+    Transport::H2 {
+        per_conn: H2_STREAMS_PER_CONN,
+    },
+];
+
+/// [`run`] over one transport, every process it started killed after.
+pub async fn measure(n: usize, sample: usize, fds: u64, transport: Transport) -> Result<Scale> {
+    eprintln!("scale: {transport:?}");
+    let result = run(n, sample, fds, transport).await;
+    crate::procs::kill_all();
+    result
+}
+
 impl Transport {
     fn label(self) -> String {
         match self {
@@ -307,15 +323,8 @@ async fn publish(sys: &Arc<System>, picked: &[usize]) -> Result<()> {
 /// Figure 8's table: one column per mode.
 /// Figure 8 in the main table (`all`): a row per transport, each opened after the last closed.
 pub async fn figure(n: usize, sample: usize, fds: u64, rows: &mut Vec<crate::table::Row>) {
-    for transport in [
-        Transport::Http1,
-        Transport::H2 {
-            per_conn: H2_STREAMS_PER_CONN,
-        },
-    ] {
-        eprintln!("scale: {transport:?}");
-        let result = run(n, sample, fds, transport).await;
-        crate::procs::kill_all();
+    for transport in TRANSPORTS {
+        let result = measure(n, sample, fds, transport).await;
         let mut row = crate::table::Row::new(
             format!(
                 "8. idle streams on one node, {}, one session each: streams open, time to open them all, server RSS per idle stream, then a message to {sample} random sessions: delivery p50 / p99, lost",
