@@ -734,9 +734,31 @@ mod tests {
         other.execute_batch("BEGIN IMMEDIATE")?;
 
         let mut next_seq = 1;
-        let (a, mut ra) = append(true);
-        let fault = w.commit_batch(vec![a], &mut next_seq);
+        // The job's answer is given once the fault is in the health: a client refused for it
+        // finds the server not ready.
+        let failing_when_answered = Arc::new(std::sync::Mutex::new(None));
+        let job = Job {
+            enqueued: Instant::now(),
+            savepoint: true,
+            run: {
+                let (health, seen) = (w.health.clone(), failing_when_answered.clone());
+                Box::new(move |_| {
+                    let completion: Completion = Box::new(move |r: Result<()>| {
+                        *crate::mutex::lock(&seen) = Some((r.is_err(), health.is_failing()));
+                    });
+                    (Ok(()), completion)
+                })
+            },
+        };
+        let fault = w.commit_batch(vec![job], &mut next_seq);
         assert_eq!(fault.map(|f| f.0), Some(StorageFault::Unavailable));
+        assert_eq!(
+            *crate::mutex::lock(&failing_when_answered),
+            Some((true, true)),
+            "refused, with the fault already recorded"
+        );
+        let (a, mut ra) = append(true);
+        w.commit_batch(vec![a], &mut next_seq);
         assert!(matches!(
             ra.try_recv()?,
             Err(Error::Storage {
@@ -744,8 +766,12 @@ mod tests {
                 ..
             })
         ));
-        w.health.record_fault(StorageFault::Unavailable, "locked");
+        // A failed probe's batch is one failed attempt, counted once.
+        let metrics = w.metrics.clone();
+        let faults = || metrics.storage_faults[1].load(Ordering::Relaxed);
+        let before = faults();
         w.probe(&mut next_seq);
+        assert_eq!(faults(), before + 1, "one failed probe, one fault counted");
         assert!(
             w.health.is_failing(),
             "the probe fails while the lock is held"
