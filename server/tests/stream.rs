@@ -554,8 +554,10 @@ async fn snapshot_on_connect_without_cursor_is_live_only() -> TestResult {
 async fn a_subscriber_that_stops_reading_falls_back_to_the_journal() -> TestResult {
     let s = TestServer::start(&["--demo-delay-ms", "0", "--coalesce-ms", "0"])?;
     let (_, cursor) = s.history("slow").await?;
+    // A 4 KB receive window: 60,000 deltas (several MB of SSE) overflow it, the server's
+    // send buffer (at most `tcp_wmem`'s 4 MB) and the subscriber's queue, on any kernel.
     let mut slow = s
-        .stream(&format!("session=slow&cursor={cursor}"), None)
+        .stream_with_small_window(&format!("session=slow&cursor={cursor}"))
         .await?;
     let n = 60_000;
     let sent = s.send("slow", &format!("/deltas {n}")).await?;

@@ -442,6 +442,66 @@ impl Api {
         }
         open_stream(req).await
     }
+
+    /// A stream whose socket's receive buffer is fixed at 4 KB (no autotuning, which on
+    /// loopback may grow to tens of MB): a reader that stops reading stalls the server's
+    /// writes after a bounded number of bytes, whatever the kernel's settings.
+    pub async fn stream_with_small_window(&self, query: &str) -> TestResult<SseClient> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let host = self
+            .url
+            .strip_prefix("http://")
+            .ok_or("a plain HTTP server is needed")?;
+        let addr = tokio::net::lookup_host(host)
+            .await?
+            .next()
+            .ok_or("no address")?;
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_recv_buffer_size(4096)?;
+        let mut conn = socket.connect(addr).await?;
+        // HTTP/1.0: the body is delimited by the connection's end, not chunked.
+        let request = format!(
+            "GET /api/stream?{query} HTTP/1.0\r\nHost: {host}\r\nAccept: text/event-stream\r\n\r\n"
+        );
+        conn.write_all(request.as_bytes()).await?;
+        let mut head = Vec::new();
+        let body_start = loop {
+            let mut buf = [0u8; 1024];
+            let n = tokio::time::timeout(DEADLINE, conn.read(&mut buf))
+                .await
+                .map_err(|_| "no response head")??;
+            if n == 0 {
+                return Err("closed before the response head".into());
+            }
+            head.extend_from_slice(&buf[..n]);
+            if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+        };
+        let status = String::from_utf8_lossy(&head[..body_start]).into_owned();
+        if !status.starts_with("HTTP/1.0 200") && !status.starts_with("HTTP/1.1 200") {
+            return Err(format!("stream answered {status:?}").into());
+        }
+        let first = bytes::Bytes::copy_from_slice(&head[body_start..]);
+        let rest = futures::stream::unfold(conn, |mut conn| async move {
+            let mut buf = vec![0u8; 4096];
+            match conn.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(bytes::Bytes::from(buf)), conn))
+                }
+                Err(e) => Some((Err(e.into()), conn)),
+            }
+        });
+        Ok(SseClient::over(Box::pin(
+            futures::stream::iter([Ok(first)]).chain(rest),
+        )))
+    }
 }
 
 /// The server's address, from the first line a `turnstream serve` child prints on stdout.
@@ -472,13 +532,9 @@ pub async fn open_stream(req: reqwest::RequestBuilder) -> TestResult<SseClient> 
     if !ct.starts_with("text/event-stream") {
         return Err(format!("stream content-type {ct:?}").into());
     }
-    Ok(SseClient {
-        body: Box::pin(res.bytes_stream()),
-        decoder: Decoder::new(),
-        queue: Default::default(),
-        pending_bytes: Vec::new(),
-        ended: false,
-    })
+    Ok(SseClient::over(Box::pin(
+        res.bytes_stream().map(|chunk| chunk.map_err(Into::into)),
+    )))
 }
 
 impl Drop for TestServer {
@@ -490,8 +546,7 @@ impl Drop for TestServer {
     }
 }
 
-type ByteStream =
-    std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>;
+type ByteStream = std::pin::Pin<Box<dyn futures::Stream<Item = TestResult<bytes::Bytes>> + Send>>;
 
 /// A native EventSource-like reader.
 pub struct SseClient {
@@ -503,6 +558,16 @@ pub struct SseClient {
 }
 
 impl SseClient {
+    fn over(body: ByteStream) -> SseClient {
+        SseClient {
+            body,
+            decoder: Decoder::new(),
+            queue: Default::default(),
+            pending_bytes: Vec::new(),
+            ended: false,
+        }
+    }
+
     /// The next frame, or `None` when the server closed the stream. Fails after [`DEADLINE`].
     pub async fn next(&mut self) -> TestResult<Option<Frame>> {
         self.next_within(DEADLINE).await
