@@ -210,6 +210,38 @@ async fn old_positions_past_the_tail_budget_are_read_from_the_journal() -> TestR
 }
 
 #[tokio::test]
+async fn a_resume_longer_than_one_tail_page_goes_on_from_the_journal() -> TestResult {
+    // 25,000 events after the resume position: the tail gives its first 20,000 (one page),
+    // written a batch at a time; the journal gives the rest; then the stream is live.
+    let s = TestServer::start(&["--demo-delay-ms", "0", "--coalesce-ms", "0"])?;
+    let (_, cursor) = s.history("long").await?;
+    let mut live = s
+        .stream(&format!("session=long&cursor={cursor}"), None)
+        .await?;
+    let n = 25_000;
+    let sent = s.send("long", &format!("/deltas {n}")).await?;
+    let all = live.until_turn_ended(&sent.turn_id).await?;
+    let first = all.first().ok_or("no events")?;
+    let mut resumed = s.stream("session=long", Some(&first.id)).await?;
+    let rest = resumed.until_turn_ended(&sent.turn_id).await?;
+    assert_eq!(s.counter("turnstream_tail_replays_total").await?, 1.0);
+    let seqs: Vec<i64> = rest.iter().map(seq).collect();
+    let expected: Vec<i64> = (seq(first) + 1..=seq(first) + all.len() as i64 - 1).collect();
+    assert!(
+        seqs == expected,
+        "gap or duplicate where the tail's page ends ({} events, expected {})",
+        seqs.len(),
+        expected.len()
+    );
+    assert_eq!(reply_text(&rest, &sent.turn_id), deltas_text(n));
+    // Live after the catch-up: the next turn comes on the same stream.
+    let next = s.send("long", "/echo after").await?;
+    let after = resumed.until_turn_ended(&next.turn_id).await?;
+    assert_eq!(reply_text(&after, &next.turn_id), "after");
+    Ok(())
+}
+
+#[tokio::test]
 async fn every_resync_reason_is_sent_and_closes_the_stream() -> TestResult {
     let s = TestServer::start(&[])?;
     let sent = s.send("x", "/echo done").await?;

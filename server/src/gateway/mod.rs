@@ -2,12 +2,14 @@
 //! through the journal's and turn execution's ([`crate::turns`]) APIs.
 
 mod access;
+mod batch;
 mod branches;
 mod error;
 mod input;
 mod messages;
 mod openapi;
 mod origin;
+mod pump;
 mod quota;
 mod request_log;
 mod stream;
