@@ -6,6 +6,12 @@
 //! position. Every chunk carries its number and its send time, so each reader's latency, catch-up
 //! time, and any lost or duplicated chunk are counted.
 //!
+//! A reader attaching or coming back has caught up once it has every chunk the live readers
+//! had when it (re)connected: what it missed, by the readers that stayed. (Counting instead
+//! the chunks the producer had sent would bill each system for the chunks then still on their
+//! way, which differ by producer: turnstream's count comes from its fake upstream, before the
+//! agent, the journal and the hub have seen the chunk; the others' from their append's answer.)
+//!
 //! turnstream's producer is its real agent path: `--agent openai` pointed at a fake
 //! OpenAI-compatible upstream inside the bench, which stamps each chunk as it sends it. The
 //! others' producer is the bench posting each chunk to the system's append endpoint.
@@ -110,6 +116,8 @@ struct Shared {
     n: u64,
     /// Chunks published so far.
     sent: Arc<AtomicU64>,
+    /// The longest gap-free run of chunks a live reader has so far.
+    stayed: AtomicU64,
     stop: watch::Receiver<bool>,
 }
 
@@ -152,7 +160,7 @@ async fn reader(sh: Arc<Shared>, role: Role) -> Result<ReaderOut> {
                 .ok_or_else(|| anyhow!("no position to resume from"))?;
             drop(r);
             tokio::time::sleep(AWAY).await;
-            let target = sh.sent.load(Ordering::Acquire);
+            let target = sh.stayed.load(Ordering::Acquire);
             let t0 = Instant::now();
             let mut r = sh.sys.open(&sh.stream, &Resume::At(pos)).await?;
             let mut caught: Option<Duration> = None;
@@ -174,7 +182,7 @@ async fn reader(sh: Arc<Shared>, role: Role) -> Result<ReaderOut> {
         let (mut r, target, t0) = match reader.take() {
             Some(r) => (r, 0, Instant::now()),
             None => {
-                let target = sh.sent.load(Ordering::Acquire);
+                let target = sh.stayed.load(Ordering::Acquire);
                 let t0 = Instant::now();
                 (sh.sys.open(&sh.stream, &Resume::Start).await?, target, t0)
             }
@@ -189,6 +197,9 @@ async fn reader(sh: Arc<Shared>, role: Role) -> Result<ReaderOut> {
                             latency.push(now.saturating_sub(t));
                         }
                     }
+                }
+                if role == Role::Live {
+                    sh.stayed.fetch_max(seen.prefix, Ordering::AcqRel);
                 }
                 if role == Role::Mid && caught.is_none() && seen.prefix >= target {
                     caught = Some(t0.elapsed());
@@ -224,6 +235,7 @@ async fn run(sys: Arc<System>, n: u64, rate: f64, sent: Arc<AtomicU64>) -> Resul
         stream: stream.clone(),
         n,
         sent: sent.clone(),
+        stayed: AtomicU64::new(0),
         stop: stop_rx,
     });
     let mut tasks = Vec::new();
