@@ -237,6 +237,17 @@ pub(crate) fn new_epoch() -> String {
 mod tests {
     use super::*;
 
+    /// The bundled SQLite is compiled to make commits durable with `fdatasync()` (set for the
+    /// whole workspace in `.cargo/config.toml`; see there).
+    #[test]
+    fn sqlite_is_built_to_sync_with_fdatasync() {
+        let flags = option_env!("LIBSQLITE3_FLAGS").unwrap_or("");
+        assert!(
+            flags.split_whitespace().any(|f| f == "-DHAVE_FDATASYNC=1"),
+            "LIBSQLITE3_FLAGS is {flags:?}"
+        );
+    }
+
     #[test]
     fn migrates_once_and_keeps_epoch() -> Result<()> {
         let dir = tempfile::tempdir()?;
