@@ -28,6 +28,11 @@ pub struct Fanout {
     pub server_cpu_pct: f64,
     /// turnstream only: where a publish's time goes, by its own histograms over the window.
     pub stages: Vec<Stage>,
+    /// turnstream only: the times a stream took frames from its inbox (one socket write each)
+    /// per message per subscriber over the window. A message is its own commit and then its
+    /// turn's (started, reply, ended), which reach a subscriber in as many writes as they find
+    /// it between two.
+    pub writes_per_message: Option<f64>,
 }
 
 /// One stage of a publish inside turnstream, p50 and p99 in µs (interpolated in the buckets of
@@ -37,6 +42,9 @@ pub struct Stage {
     pub p50_us: f64,
     pub p99_us: f64,
 }
+
+/// A stream's takes from its inbox: the count of the stream wake-up's histogram.
+const DELIVERY_COUNT: &str = "turnstream_delivery_seconds_count";
 
 /// The hub's walk over a commit's subscribers (the stream's wake-up is timed from before it).
 pub const HUB_STAGE: &str = "hub";
@@ -128,9 +136,11 @@ pub async fn across(
     .collect::<Vec<_>>()
     .await;
     let mut tasks = Vec::new();
+    let mut deliveries = 0;
     for r in opened {
         let (stream, mut reader) = r?;
         let expected = per_stream[stream];
+        deliveries += expected;
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let mut seen = HashSet::new();
@@ -204,16 +214,26 @@ pub async fn across(
         missing += miss;
     }
     let _ = stop_tx.send(true);
-    let stages = match (
+    let (stages, writes_per_message) = match (
         scraped0,
         scrape_if_ours(&publisher).await,
         scrape_if_ours(&sys).await,
     ) {
-        ((Some(w0), Some(r0)), Some(w1), Some(r1)) => stages((&w0, &w1), (&r0, &r1)),
-        _ => Vec::new(),
+        ((Some(w0), Some(r0)), Some(w1), Some(r1)) => {
+            let takes = r1.get(DELIVERY_COUNT) - r0.get(DELIVERY_COUNT);
+            // Only where every reader stays for many messages: one that leaves after its last
+            // marker does not take the rest of that message's turn.
+            let stays = per_stream.iter().all(|&n| n >= 10);
+            (
+                stages((&w0, &w1), (&r0, &r1)),
+                (stays && deliveries > 0).then(|| takes / deliveries as f64),
+            )
+        }
+        _ => (Vec::new(), None),
     };
     Ok(Fanout {
         stages,
+        writes_per_message,
         samples,
         missing,
         failed_publishes,

@@ -531,6 +531,9 @@ fn fanout_cell(r: Result<fanout::Fanout>) -> (String, f64) {
                     " the rest of the p50 (the POST's HTTP, the socket, the reader) {} ms",
                     ms((p50 - inside).max(0.0) as u64)
                 );
+                if let Some(w) = f.writes_per_message {
+                    let _ = write!(c, "; {w:.1} stream writes per message per subscriber");
+                }
             }
             if f.missing > 0 || f.failed_publishes > 0 {
                 let _ = write!(
