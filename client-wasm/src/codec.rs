@@ -64,36 +64,30 @@ impl<'v, V: Value> Fields<'v, V> {
         self.ok.then_some(value)
     }
 
-    /// `x`, or `or` with the read marked failed.
-    fn check<T>(&mut self, x: Option<T>, or: T) -> T {
-        match x {
-            Some(x) => x,
-            None => {
-                self.ok = false;
-                or
-            }
-        }
-    }
-
-    /// The member `key`, read by `item` when present: `Some(None)` when missing, `None` when
-    /// present but not readable.
-    fn read<T>(&self, key: &str, item: fn(&V) -> Option<T>) -> Option<Option<T>> {
-        match self.v.get(key) {
-            None => Some(None),
-            Some(x) => item(&x).map(Some),
-        }
+    /// `x`; the read is marked failed when it is false. Not generic over the field's type, as
+    /// a helper taking the field's `Option` would be (one copy per type).
+    fn seen(&mut self, x: bool) -> bool {
+        self.ok &= x;
+        x
     }
 
     /// An optional member: `None` when missing (or `null`), failed when not readable by `item`.
     fn opt<T>(&mut self, key: &str, item: fn(&V) -> Option<T>) -> Option<T> {
-        let x = self.read(key, item);
-        self.check(x, None)
+        let x = item(&self.v.get(key)?);
+        self.seen(x.is_some());
+        x
     }
 
-    /// A required member.
+    /// A required member; `or` stands in for it when it is missing or not readable.
     fn req<T>(&mut self, key: &str, item: fn(&V) -> Option<T>, or: T) -> T {
-        let x = self.read(key, item).flatten();
-        self.check(x, or)
+        let x = self.v.get(key).and_then(|x| item(&x));
+        match x {
+            Some(x) => x,
+            None => {
+                self.seen(false);
+                or
+            }
+        }
     }
 
     fn str(&mut self, key: &str) -> String {
@@ -116,8 +110,8 @@ impl<'v, V: Value> Fields<'v, V> {
     /// A whole number in `0..=max`.
     fn count(&mut self, key: &str, max: i64) -> i64 {
         let n = self.int(key);
-        let x = (0..=max).contains(&n).then_some(n);
-        self.check(x, 0)
+        self.seen((0..=max).contains(&n));
+        n
     }
 
     fn opt_int(&mut self, key: &str) -> Option<i64> {
@@ -133,30 +127,41 @@ impl<'v, V: Value> Fields<'v, V> {
         self.opt(key, Value::boolean).unwrap_or_default()
     }
 
-    /// An array; missing reads as empty.
+    /// An array; missing reads as empty. On a failed element the elements before it are
+    /// returned: the read has failed, and what it built is dropped.
     fn list<T>(&mut self, key: &str, item: fn(&V) -> Option<T>) -> Vec<T> {
-        let x = match self.v.get(key) {
-            None => Some(Vec::new()),
-            Some(x) => items_of(&x, item),
-        };
-        self.check(x, Vec::new())
+        let mut out = Vec::new();
+        if let Some(x) = self.v.get(key) {
+            let all = each(&x, &mut |e| item(e).map(|t| out.push(t)).is_some());
+            self.seen(all);
+        }
+        out
     }
 
     /// An array that must be present.
     fn items<T>(&mut self, key: &str, item: fn(&V) -> Option<T>) -> Vec<T> {
-        let x = self.v.get(key).and_then(|x| items_of(&x, item));
-        self.check(x, Vec::new())
+        self.seen(self.v.get(key).is_some());
+        self.list(key, item)
     }
 
     fn strings(&mut self, key: &str) -> Vec<String> {
-        self.req(key, strings_of, Vec::new())
+        self.items(key, Value::string)
     }
 
     /// An enum, read by `parse` (failed for a name it does not know; `or` is a placeholder).
     fn variant<T>(&mut self, key: &str, parse: fn(&str) -> Option<T>, or: T) -> T {
-        let x = self.read(key, Value::string).flatten();
-        let x = x.and_then(|s| parse(&s));
-        self.check(x, or)
+        let x = self
+            .v
+            .get(key)
+            .and_then(|x| x.string())
+            .and_then(|s| parse(&s));
+        match x {
+            Some(x) => x,
+            None => {
+                self.seen(false);
+                or
+            }
+        }
     }
 
     /// A turn's state. One this SDK does not know reads as `running` (an in-flight state added
@@ -183,7 +188,8 @@ impl<'v, V: Value> Fields<'v, V> {
     /// Any JSON value that must be present.
     fn req_raw(&mut self, key: &str) -> RawJson {
         let x = self.opt_raw(key);
-        self.check(x, RawJson::trusted(String::new()))
+        self.seen(x.is_some());
+        x.unwrap_or_else(RawJson::null)
     }
 }
 
