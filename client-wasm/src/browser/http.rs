@@ -19,28 +19,32 @@ use crate::codec;
 pub(crate) enum HttpError {
     /// No answer at all (offline, server down, CORS refused).
     Network(String),
-    /// The server answered with an error status.
-    Status {
-        status: u16,
-        error: ErrorDetail,
-        /// Seconds, from `Retry-After` (429, 503).
-        retry_after: Option<u32>,
-        /// The whole answer (a `409 input_already_given` names the winning answer in it).
-        body: String,
-    },
+    /// The server answered with an error status. Boxed: every future that holds a request's
+    /// result moves and drops a pointer instead of the whole answer.
+    Status(Box<Refusal>),
     /// The answer did not parse.
     Decode,
+}
+
+/// An answer with an error status.
+pub(crate) struct Refusal {
+    pub(crate) status: u16,
+    pub(crate) error: ErrorDetail,
+    /// Seconds, from `Retry-After` (429, 503).
+    pub(crate) retry_after: Option<u32>,
+    /// The whole answer (a `409 input_already_given` names the winning answer in it).
+    pub(crate) body: String,
 }
 
 impl HttpError {
     pub(crate) fn message(&self) -> String {
         match self {
             HttpError::Network(m) => crate::cat(&["network error: ", m]),
-            HttpError::Status { status, error, .. } => {
-                let mut s = crate::cat(&[&error.code, " ("]);
-                codec::write_int(&mut s, i64::from(*status));
+            HttpError::Status(r) => {
+                let mut s = crate::cat(&[&r.error.code, " ("]);
+                codec::write_int(&mut s, i64::from(r.status));
                 s.push_str("): ");
-                s.push_str(&error.message);
+                s.push_str(&r.error.message);
                 s
             }
             HttpError::Decode => "unexpected answer".to_owned(),
@@ -77,7 +81,7 @@ impl Endpoint {
             };
             let token = auth.token().await;
             match fetch(method, url, body, token.as_deref()).await {
-                Err(HttpError::Status { status: 401, .. }) => {
+                Err(HttpError::Status(r)) if r.status == 401 => {
                     let token = auth.renew().await;
                     fetch(method, url, body, token.as_deref()).await
                 }
@@ -125,9 +129,9 @@ impl Endpoint {
         match self.send("GET", &url, None).await {
             Ok(resp) => decode(resp, codec::turn_info).await.map(Some),
             // Only the server's own "no such turn" means lost; a proxy's 404 does not.
-            Err(HttpError::Status {
-                status: 404, error, ..
-            }) if error.code == "turn_not_found" => Ok(None),
+            Err(HttpError::Status(r)) if r.status == 404 && r.error.code == "turn_not_found" => {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
@@ -210,12 +214,12 @@ async fn fetch(
             message: text.chars().take(200).collect(),
         }
     });
-    Err(HttpError::Status {
+    Err(HttpError::Status(Box::new(Refusal {
         status,
         error,
         retry_after,
         body: text,
-    })
+    })))
 }
 
 async fn text(resp: &Response) -> Result<String, HttpError> {

@@ -55,12 +55,8 @@ impl Client {
                     }
                     match &e {
                         // Refused even with a fresh token: say so, keep the view, keep trying.
-                        HttpError::Status {
-                            status: 401 | 403,
-                            error,
-                            ..
-                        } => {
-                            self.update(&mut |c| c.set_unauthorized(error));
+                        HttpError::Status(r) if matches!(r.status, 401 | 403) => {
+                            self.update(&mut |c| c.set_unauthorized(&r.error));
                         }
                         _ => self.set_connection(self.unreachable()),
                     }

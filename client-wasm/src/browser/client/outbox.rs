@@ -10,7 +10,7 @@ use turnstream_protocol::{Attachment, ErrorDetail, OnBusy, PostMessageResponse};
 
 use super::{warn, Client};
 use crate::browser::env;
-use crate::browser::http::{body_json, enc, HttpError};
+use crate::browser::http::{body_json, enc, HttpError, Refusal};
 use crate::browser::json;
 use crate::codec::{self, Value};
 use crate::reducer::{BranchAction, Outgoing, OutgoingAnswer};
@@ -203,17 +203,20 @@ impl Client {
                 }
                 None
             }
-            Err(HttpError::Status {
-                status,
-                error,
-                retry_after,
-                body,
-            }) => match classify_post(status) {
-                PostOutcome::Accepted | PostOutcome::Retry => {
-                    return Some(retry_after.map(|s| s.saturating_mul(1000)));
+            Err(HttpError::Status(r)) => {
+                let Refusal {
+                    status,
+                    error,
+                    retry_after,
+                    body,
+                } = *r;
+                match classify_post(status) {
+                    PostOutcome::Accepted | PostOutcome::Retry => {
+                        return Some(retry_after.map(|s| s.saturating_mul(1000)));
+                    }
+                    outcome => Some((outcome, error, body)),
                 }
-                outcome => Some((outcome, error, body)),
-            },
+            }
             Err(HttpError::Network(_)) | Err(HttpError::Decode) => return Some(None),
         };
         match job {
