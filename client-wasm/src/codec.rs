@@ -132,7 +132,7 @@ impl<'v, V: Value> Fields<'v, V> {
     fn list<T>(&mut self, key: &str, item: fn(&V) -> Option<T>) -> Vec<T> {
         let mut out = Vec::new();
         if let Some(x) = self.v.get(key) {
-            let all = each(&x, &mut |e| item(e).map(|t| out.push(t)).is_some());
+            let all = each(&x, &mut |e: &V| item(e).map(|t| out.push(t)).is_some());
             self.seen(all);
         }
         out
@@ -204,15 +204,27 @@ fn int_of<V: Value>(v: &V) -> Option<i64> {
 /// brings a family of iterator adapters into the package for each element type.
 fn items_of<V: Value, T>(v: &V, item: fn(&V) -> Option<T>) -> Option<Vec<T>> {
     let mut out = Vec::new();
-    each(v, &mut |x| item(x).map(|t| out.push(t)).is_some()).then_some(out)
+    each(v, &mut |x: &V| item(x).map(|t| out.push(t)).is_some()).then_some(out)
 }
 
 /// Calls `f` on each element of the array `v` until it returns false; false when `v` is not an
 /// array or `f` returned false. Not generic over the element type, unlike [`items_of`].
-fn each<V: Value>(v: &V, f: &mut dyn FnMut(&V) -> bool) -> bool {
+fn each<V: Value>(v: &V, f: &mut dyn Each<V>) -> bool {
     match v.items() {
-        Some(items) => items.iter().all(f),
+        Some(items) => items.iter().all(|x| f.next(x)),
         None => false,
+    }
+}
+
+/// What [`each`] calls: a closure (`|x: &V| ...`). A trait of its own rather than `dyn FnMut`,
+/// whose vtable also holds `FnOnce::call_once`, a second copy of each closure, never called.
+trait Each<V> {
+    fn next(&mut self, x: &V) -> bool;
+}
+
+impl<V, F: FnMut(&V) -> bool> Each<V> for F {
+    fn next(&mut self, x: &V) -> bool {
+        self(x)
     }
 }
 

@@ -2,6 +2,7 @@
 //! it, tells the sibling tabs, and leaves the posting to the outbox; the server's verdict
 //! settles the promise `respond` returned.
 
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
 use crate::browser::spawn_local;
@@ -67,7 +68,9 @@ impl Client {
             }
             return promise;
         }
-        self.update(&mut |c| c.answer_local(&turn_id, &request_id, &answer, false));
+        self.update(&mut |c: &mut Conversation| {
+            c.answer_local(&turn_id, &request_id, &answer, false)
+        });
         self.broadcast(&TabMessage::Answer {
             session_id: self.endpoint.session_id.clone(),
             turn_id,

@@ -1,6 +1,7 @@
 //! The sibling-tab channel: facts the server does not stream (optimistic sends, POST answers,
 //! refusals, turn-status results) told to the other tabs of this session.
 
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
 use super::Client;
@@ -17,7 +18,7 @@ impl Client {
                 if me.closed.get() {
                     return;
                 }
-                me.update(&mut |c| msg.apply(c));
+                me.update(&mut |c: &mut Conversation| msg.apply(c));
                 if matches!(
                     msg,
                     TabMessage::Optimistic { .. } | TabMessage::Answer { .. }
