@@ -2,6 +2,7 @@
 //! [`TabMessage`]s; the sender never hears its own, and the receiver merges them by id like any
 //! other source, whatever the server has said meanwhile.
 
+use crate::browser::On;
 use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
@@ -21,7 +22,7 @@ impl Channel {
     pub(crate) fn open(
         base_url: &str,
         session_id: &str,
-        on: Rc<dyn Fn(TabMessage)>,
+        on: Rc<dyn On<TabMessage>>,
     ) -> Option<Self> {
         let channel =
             BroadcastChannel::new(&crate::cat(&["turnstream:", base_url, ":", session_id])).ok()?;
@@ -32,7 +33,7 @@ impl Channel {
                 .as_string()
                 .and_then(|s| json::read(&s, codec::tab_message))
             {
-                on(msg);
+                on.on(msg);
             }
         });
         channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));

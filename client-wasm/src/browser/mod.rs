@@ -38,6 +38,19 @@ pub(crate) fn future_to_promise(
     wasm_bindgen_futures::future_to_promise(Box::pin(call) as Call)
 }
 
+/// A callback the browser ring holds (`Rc<dyn On<T>>`): a closure, whose parameter its maker
+/// names (`|s: Signal| ...`). A trait of its own rather than `dyn Fn`, whose vtable also holds
+/// `FnMut::call_mut` and `FnOnce::call_once`: copies of each closure, never called.
+pub(crate) trait On<T> {
+    fn on(&self, x: T);
+}
+
+impl<T, F: Fn(T)> On<T> for F {
+    fn on(&self, x: T) {
+        self(x)
+    }
+}
+
 /// The allocator: talc is smaller than std's dlmalloc (about 2 KB of the gzipped package).
 // SAFETY: `new_global` needs single-threaded wasm, and the SDK runs on the page's one thread
 // (the package is built without atomics).

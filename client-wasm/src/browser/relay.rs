@@ -1,6 +1,7 @@
 //! The relay channel `turnstream-relay:<baseUrl>` between the tabs of one origin, carrying
 //! [`Relay`] messages as JSON text; anything on it that does not read is ignored.
 
+use crate::browser::On;
 use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
@@ -17,7 +18,7 @@ pub(crate) struct RelayChannel {
 
 impl RelayChannel {
     /// `None` where the browser has no BroadcastChannel: each tab then streams for itself.
-    pub(crate) fn open(base_url: &str, on: Rc<dyn Fn(Relay)>) -> Option<Self> {
+    pub(crate) fn open(base_url: &str, on: Rc<dyn On<Relay>>) -> Option<Self> {
         let channel = BroadcastChannel::new(&crate::cat(&["turnstream-relay:", base_url])).ok()?;
         let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
             if let Some(msg) = e
@@ -25,7 +26,7 @@ impl RelayChannel {
                 .as_string()
                 .and_then(|s| json::read(&s, codec::relay))
             {
-                on(msg);
+                on.on(msg);
             }
         });
         channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));

@@ -7,6 +7,7 @@
 //! - `siblings`: what this session's other tabs are told;
 //! - `render`: the state object handed to JS, and its subscribers.
 
+use crate::browser::On;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -144,7 +145,7 @@ impl Client {
         }
         client.open_channel();
         let weak = Rc::downgrade(&client);
-        let on: Rc<dyn Fn(Signal)> = Rc::new(move |s| {
+        let on: Rc<dyn On<Signal>> = Rc::new(move |s: Signal| {
             if let Some(me) = weak.upgrade() {
                 me.on_stream(s);
             }

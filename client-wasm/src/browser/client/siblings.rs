@@ -1,6 +1,7 @@
 //! The sibling-tab channel: facts the server does not stream (optimistic sends, POST answers,
 //! refusals, turn-status results) told to the other tabs of this session.
 
+use crate::browser::On;
 use crate::reducer::Conversation;
 use std::rc::Rc;
 
@@ -13,7 +14,7 @@ impl Client {
 
     pub(super) fn open_channel(self: &Rc<Self>) {
         let weak = Rc::downgrade(self);
-        let on: Rc<dyn Fn(TabMessage)> = Rc::new(move |msg| {
+        let on: Rc<dyn On<TabMessage>> = Rc::new(move |msg: TabMessage| {
             if let Some(me) = weak.upgrade() {
                 if me.closed.get() {
                     return;
