@@ -2,6 +2,7 @@
 //! `navigator.onLine`, timers that can be woken early, and Web Locks. Looked up on use, never at
 //! import, so loading the package during server-side rendering touches nothing.
 
+use crate::browser::{listener, Listen};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -170,12 +171,8 @@ impl GlobalListener {
     }
 
     /// Boxed: one copy of this code for every listener (package size).
-    fn on(
-        target: Option<web_sys::EventTarget>,
-        event: &'static str,
-        f: Box<dyn FnMut(web_sys::Event)>,
-    ) -> Self {
-        let closure = Closure::wrap(f);
+    fn on(target: Option<web_sys::EventTarget>, event: &'static str, f: Box<dyn Listen>) -> Self {
+        let closure = listener(f);
         if let Some(target) = &target {
             let _ =
                 target.add_event_listener_with_callback(event, closure.as_ref().unchecked_ref());

@@ -51,6 +51,26 @@ impl<T, F: Fn(T)> On<T> for F {
     }
 }
 
+/// An event listener's body, boxed (`Box<dyn Listen>`) and wrapped by [`listener`]. A trait
+/// of its own for the reason of [`On`].
+pub(crate) trait Listen {
+    fn event(&mut self, e: web_sys::Event);
+}
+
+impl<F: FnMut(web_sys::Event)> Listen for F {
+    fn event(&mut self, e: web_sys::Event) {
+        self(e)
+    }
+}
+
+/// The JS function for an event listener: every listener is this one closure type around its
+/// boxed body, so wasm-bindgen's `Closure` vtable (with its `call_once`) is in the package once.
+pub(crate) fn listener(
+    mut f: Box<dyn Listen>,
+) -> wasm_bindgen::closure::Closure<dyn FnMut(web_sys::Event)> {
+    wasm_bindgen::closure::Closure::new(move |e| f.event(e))
+}
+
 /// The allocator: talc is smaller than std's dlmalloc (about 2 KB of the gzipped package).
 // SAFETY: `new_global` needs single-threaded wasm, and the SDK runs on the page's one thread
 // (the package is built without atomics).

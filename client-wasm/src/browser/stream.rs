@@ -2,7 +2,7 @@
 //! snapshot go straight to a handler (synchronously, in arrival order); listeners are removed and
 //! the source closed on drop, so a replaced stream can never deliver into the view again.
 
-use crate::browser::On;
+use crate::browser::{listener, Listen, On};
 use std::rc::Rc;
 
 use turnstream_protocol::{
@@ -143,8 +143,8 @@ impl Stream {
     }
 
     /// Boxed: one copy of this code for every listener (package size).
-    fn listen_boxed(&mut self, kind: &'static str, f: Box<dyn FnMut(web_sys::Event)>) {
-        let closure = Listener::wrap(f);
+    fn listen_boxed(&mut self, kind: &'static str, f: Box<dyn Listen>) {
+        let closure = listener(f);
         if self
             .source
             .add_event_listener_with_callback(kind, closure.as_ref().unchecked_ref())
