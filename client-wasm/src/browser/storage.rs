@@ -10,6 +10,7 @@
 //!
 //! The record is the JSON of [`CacheRecord`] (see [`crate::codec`]), stored as a string.
 
+use crate::browser::listener;
 use js_sys::{Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -78,7 +79,7 @@ impl Storage {
             .unchecked_into();
         let open = factory.open_with_u32(DB_NAME, DB_VERSION).ok()?;
         let req = open.clone();
-        let upgrade = Closure::<dyn FnMut(JsValue)>::new(move |_| {
+        let upgrade = listener(Box::new(move |_: web_sys::Event| {
             // Version 1 is the first: the store cannot exist yet (if it did, this throws and
             // changes nothing).
             if let Ok(db) = req.result() {
@@ -86,7 +87,7 @@ impl Storage {
                     .unchecked_into::<IdbDatabase>()
                     .create_object_store(STORE);
             }
-        });
+        }));
         open.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
         let db = done(&open).await;
         open.set_onupgradeneeded(None);
