@@ -71,6 +71,19 @@ pub(crate) fn listener(
     wasm_bindgen::closure::Closure::new(move |e| f.event(e))
 }
 
+/// A new promise with its resolve and reject functions: every promise the ring makes comes
+/// from this one `Promise::new` closure (each closure was its own glue and vtable).
+pub(crate) fn deferred() -> (js_sys::Promise, js_sys::Function, js_sys::Function) {
+    use wasm_bindgen::JsCast;
+    // Replaced at once: `Promise::new` runs its executor before it returns.
+    let mut fns: (js_sys::Function, js_sys::Function) = (
+        wasm_bindgen::JsValue::UNDEFINED.unchecked_into(),
+        wasm_bindgen::JsValue::UNDEFINED.unchecked_into(),
+    );
+    let promise = js_sys::Promise::new(&mut |resolve, reject| fns = (resolve, reject));
+    (promise, fns.0, fns.1)
+}
+
 /// The allocator: talc is smaller than std's dlmalloc (about 2 KB of the gzipped package).
 // SAFETY: `new_global` needs single-threaded wasm, and the SDK runs on the page's one thread
 // (the package is built without atomics).

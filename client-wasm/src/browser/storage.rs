@@ -10,8 +10,8 @@
 //!
 //! The record is the JSON of [`CacheRecord`] (see [`crate::codec`]), stored as a string.
 
-use crate::browser::listener;
-use js_sys::{Promise, Reflect};
+use crate::browser::{deferred, listener};
+use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{IdbDatabase, IdbFactory, IdbRequest, IdbTransaction, IdbTransactionMode};
@@ -36,10 +36,9 @@ pub(crate) enum Storage {
 
 /// Resolves once `req` succeeded (with its result) or failed.
 async fn done(req: &IdbRequest) -> Result<JsValue, String> {
-    let settled = Promise::new(&mut |resolve, reject| {
-        req.set_onsuccess(Some(&resolve));
-        req.set_onerror(Some(&reject));
-    });
+    let (settled, resolve, reject) = deferred();
+    req.set_onsuccess(Some(&resolve));
+    req.set_onerror(Some(&reject));
     let outcome = JsFuture::from(settled).await;
     req.set_onsuccess(None);
     req.set_onerror(None);
@@ -57,11 +56,10 @@ fn request_error(target: &JsValue) -> String {
 
 /// Resolves once `tx` committed.
 async fn committed(tx: &IdbTransaction) -> Result<(), String> {
-    let settled = Promise::new(&mut |resolve, reject| {
-        tx.set_oncomplete(Some(&resolve));
-        tx.set_onerror(Some(&reject));
-        tx.set_onabort(Some(&reject));
-    });
+    let (settled, resolve, reject) = deferred();
+    tx.set_oncomplete(Some(&resolve));
+    tx.set_onerror(Some(&reject));
+    tx.set_onabort(Some(&reject));
     let outcome = JsFuture::from(settled).await;
     tx.set_oncomplete(None);
     tx.set_onerror(None);
