@@ -2,7 +2,7 @@
 //! `navigator.onLine`, timers that can be woken early, and Web Locks. Looked up on use, never at
 //! import, so loading the package during server-side rendering touches nothing.
 
-use crate::browser::{deferred, listener, Listen};
+use crate::browser::{deferred, listener, once, Listen};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -108,10 +108,10 @@ where
     // The lock is held until the promise the callback returns settles: that is `release`.
     let (release, release_fn, _) = deferred();
     let (granted, granted_fn, refused_fn) = deferred();
-    let callback = Closure::once_into_js(move |_lock: JsValue| -> JsValue {
+    let callback = once(Box::new(move |_lock: JsValue| -> JsValue {
         let _ = granted_fn.call0(&JsValue::UNDEFINED);
         release.into()
-    });
+    }));
     let Ok(requested) = request.call2(&locks, &JsValue::from_str(name), &callback) else {
         return false;
     };
@@ -120,9 +120,10 @@ where
     };
     // A request refused later (some sandboxed or opaque origins) must not leave us waiting for
     // a grant that never comes. After a grant, this rejection is a no-op.
-    let refused = Closure::once_into_js(move |e: JsValue| {
+    let refused = once(Box::new(move |e: JsValue| -> JsValue {
         let _ = refused_fn.call1(&JsValue::UNDEFINED, &e);
-    });
+        JsValue::UNDEFINED
+    }));
     // (`Promise::catch` wants a `Closure` we would have to leak; a one-shot JS function is
     // collected once called or dropped.)
     let requested = get(&requested, "catch")

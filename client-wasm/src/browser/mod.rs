@@ -84,6 +84,23 @@ pub(crate) fn deferred() -> (js_sys::Promise, js_sys::Function, js_sys::Function
     (promise, fns.0, fns.1)
 }
 
+/// A one-shot JS function running `f` (collected once called or dropped): one closure type
+/// for every such function, so wasm-bindgen's glue for it is in the package once.
+pub(crate) fn once(f: Box<dyn Once>) -> wasm_bindgen::JsValue {
+    wasm_bindgen::closure::Closure::once_into_js(move |x| f.call(x))
+}
+
+/// What [`once`] runs: a closure (`|x: JsValue| -> JsValue { ... }`).
+pub(crate) trait Once {
+    fn call(self: Box<Self>, x: wasm_bindgen::JsValue) -> wasm_bindgen::JsValue;
+}
+
+impl<F: FnOnce(wasm_bindgen::JsValue) -> wasm_bindgen::JsValue> Once for F {
+    fn call(self: Box<Self>, x: wasm_bindgen::JsValue) -> wasm_bindgen::JsValue {
+        (*self)(x)
+    }
+}
+
 /// The allocator: talc is smaller than std's dlmalloc (about 2 KB of the gzipped package).
 // SAFETY: `new_global` needs single-threaded wasm, and the SDK runs on the page's one thread
 // (the package is built without atomics).
