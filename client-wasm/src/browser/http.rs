@@ -117,7 +117,7 @@ impl Endpoint {
         ]);
         let resp = self.send("GET", &url, None).await?;
         let header = resp.headers().get(CURSOR_HEADER).ok().flatten();
-        let history = decode(resp, codec::history).await?;
+        let history = read(body_json(resp).await?, codec::history)?;
         // The header and the body name the same position; the header is the documented one.
         let cursor = header.unwrap_or_else(|| history.cursor.clone());
         Ok((history, cursor))
@@ -127,7 +127,7 @@ impl Endpoint {
     pub(crate) async fn turn(&self, turn_id: &str) -> Result<Option<TurnInfo>, HttpError> {
         let url = self.url(&["/api/turns/", &enc(turn_id)]);
         match self.send("GET", &url, None).await {
-            Ok(resp) => decode(resp, codec::turn_info).await.map(Some),
+            Ok(resp) => read(body_json(resp).await?, codec::turn_info).map(Some),
             // Only the server's own "no such turn" means lost; a proxy's 404 does not.
             Err(HttpError::Status(r)) if r.status == 404 && r.error.code == "turn_not_found" => {
                 Ok(None)
@@ -139,7 +139,8 @@ impl Endpoint {
     /// `POST /api/turns/{turn}/cancel`.
     pub(crate) async fn cancel(&self, turn_id: &str) -> Result<CancelResponse, HttpError> {
         let url = self.url(&["/api/turns/", &enc(turn_id), "/cancel"]);
-        decode(self.send("POST", &url, None).await?, codec::cancel_response).await
+        let resp = self.send("POST", &url, None).await?;
+        read(body_json(resp).await?, codec::cancel_response)
     }
 }
 
@@ -231,8 +232,10 @@ async fn text(resp: &Response) -> Result<String, HttpError> {
         .ok_or(HttpError::Decode)
 }
 
-async fn decode<T>(resp: Response, read: fn(&JsValue) -> Option<T>) -> Result<T, HttpError> {
-    read(&body_json(resp).await?).ok_or(HttpError::Decode)
+/// A parsed body read by `read`. Not an `async fn` taking the response: each caller's future
+/// would hold that one's state machine too.
+fn read<T>(body: JsValue, read: fn(&JsValue) -> Option<T>) -> Result<T, HttpError> {
+    read(&body).ok_or(HttpError::Decode)
 }
 
 /// The body of `resp`, parsed. Boxed, as [`Endpoint::send`].
