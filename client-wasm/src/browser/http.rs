@@ -206,7 +206,12 @@ async fn fetch(
         .ok()
         .flatten()
         .and_then(|v| v.trim().parse().ok());
-    let text = text(&resp).await.unwrap_or_default();
+    // An error's body; none when it cannot be read.
+    let text = match resp.text() {
+        Ok(p) => JsFuture::from(p).await.ok().and_then(|v| v.as_string()),
+        Err(_) => None,
+    }
+    .unwrap_or_default();
     let error = json::read(&text, codec::error_body).unwrap_or_else(|| {
         let mut code = "http_".to_owned();
         codec::write_int(&mut code, i64::from(status));
@@ -223,15 +228,6 @@ async fn fetch(
     })))
 }
 
-async fn text(resp: &Response) -> Result<String, HttpError> {
-    let promise = resp.text().map_err(|e| HttpError::Network(describe(&e)))?;
-    JsFuture::from(promise)
-        .await
-        .map_err(|e| HttpError::Network(describe(&e)))?
-        .as_string()
-        .ok_or(HttpError::Decode)
-}
-
 /// A parsed body read by `read`. Not an `async fn` taking the response: each caller's future
 /// would hold that one's state machine too.
 fn read<T>(body: JsValue, read: fn(&JsValue) -> Option<T>) -> Result<T, HttpError> {
@@ -243,7 +239,13 @@ pub(crate) fn body_json(
     resp: Response,
 ) -> Pin<Box<dyn Future<Output = Result<JsValue, HttpError>>>> {
     Box::pin(async move {
-        let text = text(&resp).await?;
+        // Read here rather than through an `async fn`: one state machine less in each future.
+        let promise = resp.text().map_err(|e| HttpError::Network(describe(&e)))?;
+        let text = JsFuture::from(promise)
+            .await
+            .map_err(|e| HttpError::Network(describe(&e)))?
+            .as_string()
+            .ok_or(HttpError::Decode)?;
         json::parse(&text).ok_or(HttpError::Decode)
     })
 }
