@@ -76,16 +76,26 @@ impl Endpoint {
         body: Option<&'a str>,
     ) -> Reply<'a> {
         Box::pin(async move {
-            let Some(auth) = &self.auth else {
-                return fetch(method, url, body, None).await;
-            };
-            let token = auth.token().await;
-            match fetch(method, url, body, token.as_deref()).await {
-                Err(HttpError::Status(r)) if r.status == 401 => {
-                    let token = auth.renew().await;
-                    fetch(method, url, body, token.as_deref()).await
+            // One `fetch` and one `getToken` in the loop rather than an await of each per
+            // path: each await of an `async fn` is its state machine again in this one.
+            let mut retried = false;
+            loop {
+                let mut token = None;
+                if let Some(auth) = &self.auth {
+                    token = if retried { None } else { auth.cached() };
+                    if token.is_none() {
+                        token = auth.renew().await;
+                    }
                 }
-                other => other,
+                let reply = fetch(method, url, body, token.as_deref()).await;
+                match &reply {
+                    Err(HttpError::Status(r))
+                        if r.status == 401 && self.auth.is_some() && !retried =>
+                    {
+                        retried = true;
+                    }
+                    _ => return reply,
+                }
             }
         })
     }
