@@ -42,23 +42,154 @@ pub trait Value: Sized {
 
 // ----- reading: fields -----
 
-fn string<V: Value>(v: &V, key: &str) -> Option<String> {
-    v.get(key)?.string()
+/// Reads the fields of one object. Each reader returns the field's value, or a placeholder
+/// when the field is missing or has the wrong shape, and then marks the read as failed;
+/// [`Fields::done`] hands out the value built from them only when none failed.
+///
+/// No early return per field: with `?` after each one, every reader carried a branch and a
+/// path dropping the fields read so far for each field (most of the codec's code), where now
+/// a field is one call and a failed read drops the built value once.
+struct Fields<'v, V> {
+    v: &'v V,
+    ok: bool,
 }
 
-/// A string field that defaults to empty when missing.
-fn string_or_empty<V: Value>(v: &V, key: &str) -> Option<String> {
-    match v.get(key) {
-        None => Some(String::new()),
-        Some(x) => x.string(),
+impl<'v, V: Value> Fields<'v, V> {
+    fn new(v: &'v V) -> Self {
+        Fields { v, ok: true }
     }
-}
 
-/// `Some(None)` when missing; `None` (a bad shape) when present but not a string.
-fn opt_string<V: Value>(v: &V, key: &str) -> Option<Option<String>> {
-    match v.get(key) {
-        None => Some(None),
-        Some(x) => x.string().map(Some),
+    /// The value built from the fields read, `None` when any of them failed.
+    fn done<T>(self, value: T) -> Option<T> {
+        self.ok.then_some(value)
+    }
+
+    /// `x`; the read is marked failed when it is false. Not generic over the field's type, as
+    /// a helper taking the field's `Option` would be (one copy per type).
+    fn seen(&mut self, x: bool) -> bool {
+        self.ok &= x;
+        x
+    }
+
+    /// An optional member: `None` when missing (or `null`), failed when not readable by `item`.
+    fn opt<T>(&mut self, key: &str, item: fn(&V) -> Option<T>) -> Option<T> {
+        let x = item(&self.v.get(key)?);
+        self.seen(x.is_some());
+        x
+    }
+
+    /// A required member; `or` stands in for it when it is missing or not readable.
+    fn req<T>(&mut self, key: &str, item: fn(&V) -> Option<T>, or: T) -> T {
+        let x = self.v.get(key).and_then(|x| item(&x));
+        match x {
+            Some(x) => x,
+            None => {
+                self.seen(false);
+                or
+            }
+        }
+    }
+
+    fn str(&mut self, key: &str) -> String {
+        self.req(key, Value::string, String::new())
+    }
+
+    /// A string that defaults to empty when missing.
+    fn str_or_empty(&mut self, key: &str) -> String {
+        self.opt(key, Value::string).unwrap_or_default()
+    }
+
+    fn opt_str(&mut self, key: &str) -> Option<String> {
+        self.opt(key, Value::string)
+    }
+
+    fn int(&mut self, key: &str) -> i64 {
+        self.req(key, int_of, 0)
+    }
+
+    /// A whole number in `0..=max`.
+    fn count(&mut self, key: &str, max: i64) -> i64 {
+        let n = self.int(key);
+        self.seen((0..=max).contains(&n));
+        n
+    }
+
+    fn opt_int(&mut self, key: &str) -> Option<i64> {
+        self.opt(key, int_of)
+    }
+
+    fn bool(&mut self, key: &str) -> bool {
+        self.req(key, Value::boolean, false)
+    }
+
+    /// A boolean that defaults to false when missing.
+    fn bool_or_false(&mut self, key: &str) -> bool {
+        self.opt(key, Value::boolean).unwrap_or_default()
+    }
+
+    /// An array; missing reads as empty. On a failed element the elements before it are
+    /// returned: the read has failed, and what it built is dropped.
+    fn list<T>(&mut self, key: &str, item: fn(&V) -> Option<T>) -> Vec<T> {
+        let mut out = Vec::new();
+        if let Some(x) = self.v.get(key) {
+            let all = each(&x, &mut |e: &V| item(e).map(|t| out.push(t)).is_some());
+            self.seen(all);
+        }
+        out
+    }
+
+    /// An array that must be present.
+    fn items<T>(&mut self, key: &str, item: fn(&V) -> Option<T>) -> Vec<T> {
+        self.seen(self.v.get(key).is_some());
+        self.list(key, item)
+    }
+
+    fn strings(&mut self, key: &str) -> Vec<String> {
+        self.items(key, Value::string)
+    }
+
+    /// An enum, read by `parse` (failed for a name it does not know; `or` is a placeholder).
+    fn variant<T>(&mut self, key: &str, parse: fn(&str) -> Option<T>, or: T) -> T {
+        let x = self
+            .v
+            .get(key)
+            .and_then(|x| x.string())
+            .and_then(|s| parse(&s));
+        match x {
+            Some(x) => x,
+            None => {
+                self.seen(false);
+                or
+            }
+        }
+    }
+
+    /// A turn's state. One this SDK does not know reads as `running` (an in-flight state added
+    /// by a later contract, as `waiting` was by v1.2, must not make the whole answer
+    /// unreadable).
+    fn turn_state(&mut self, key: &str) -> TurnState {
+        self.variant(
+            key,
+            |s| Some(TurnState::parse(s).unwrap_or(TurnState::Running)),
+            TurnState::Running,
+        )
+    }
+
+    /// Any JSON value, as its text; missing reads as `null`.
+    fn raw(&self, key: &str) -> RawJson {
+        self.opt_raw(key).unwrap_or_else(RawJson::null)
+    }
+
+    /// Any JSON value, as its text; `None` when missing.
+    fn opt_raw(&self, key: &str) -> Option<RawJson> {
+        self.v.get(key).map(|x| RawJson::trusted(x.json()))
+    }
+
+    /// Any JSON value that must be present.
+    fn req_raw(&mut self, key: &str) -> RawJson {
+        let x = self.opt_raw(key);
+        self.seen(x.is_some());
+        x.unwrap_or_else(RawJson::null)
     }
 }
 
@@ -69,66 +200,32 @@ fn int_of<V: Value>(v: &V) -> Option<i64> {
     (n == n.trunc() && n.abs() < 9_007_199_254_740_992.0).then_some(n as i64)
 }
 
-fn int<V: Value>(v: &V, key: &str) -> Option<i64> {
-    int_of(&v.get(key)?)
-}
-
-fn opt_int<V: Value>(v: &V, key: &str) -> Option<Option<i64>> {
-    match v.get(key) {
-        None => Some(None),
-        Some(x) => int_of(&x).map(Some),
-    }
-}
-
-fn boolean<V: Value>(v: &V, key: &str) -> Option<bool> {
-    v.get(key)?.boolean()
-}
-
-/// An array field; missing reads as empty.
-fn list<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Vec<T>> {
-    match v.get(key) {
-        None => Some(Vec::new()),
-        Some(x) => items_of(&x, item),
-    }
-}
-
 /// The elements of an array, each read by `item`. A plain loop: `collect` into an `Option`
 /// brings a family of iterator adapters into the package for each element type.
 fn items_of<V: Value, T>(v: &V, item: fn(&V) -> Option<T>) -> Option<Vec<T>> {
     let mut out = Vec::new();
-    each(v, &mut |x| item(x).map(|t| out.push(t)).is_some()).then_some(out)
+    each(v, &mut |x: &V| item(x).map(|t| out.push(t)).is_some()).then_some(out)
 }
 
 /// Calls `f` on each element of the array `v` until it returns false; false when `v` is not an
 /// array or `f` returned false. Not generic over the element type, unlike [`items_of`].
-fn each<V: Value>(v: &V, f: &mut dyn FnMut(&V) -> bool) -> bool {
+fn each<V: Value>(v: &V, f: &mut dyn Each<V>) -> bool {
     match v.items() {
-        Some(items) => items.iter().all(f),
+        Some(items) => items.iter().all(|x| f.next(x)),
         None => false,
     }
 }
 
-fn opt<V: Value, T>(v: &V, key: &str, item: fn(&V) -> Option<T>) -> Option<Option<T>> {
-    match v.get(key) {
-        None => Some(None),
-        Some(x) => item(&x).map(Some),
+/// What [`each`] calls: a closure (`|x: &V| ...`). A trait of its own rather than `dyn FnMut`,
+/// whose vtable also holds `FnOnce::call_once`, a second copy of each closure, never called.
+trait Each<V> {
+    fn next(&mut self, x: &V) -> bool;
+}
+
+impl<V, F: FnMut(&V) -> bool> Each<V> for F {
+    fn next(&mut self, x: &V) -> bool {
+        self(x)
     }
-}
-
-/// An enum field, read by `parse` (`None` for a name it does not know).
-fn variant<V: Value, T>(v: &V, key: &str, parse: fn(&str) -> Option<T>) -> Option<T> {
-    parse(&string(v, key)?)
-}
-
-/// A turn's state. One this SDK does not know reads as `running` (an in-flight state added by
-/// a later contract, as `waiting` was by v1.2, must not make the whole answer unreadable).
-fn turn_state<V: Value>(v: &V, key: &str) -> Option<TurnState> {
-    Some(TurnState::parse(&string(v, key)?).unwrap_or(TurnState::Running))
-}
-
-/// Any JSON value, as its text; missing reads as `null`.
-fn raw<V: Value>(v: &V, key: &str) -> RawJson {
-    RawJson::trusted(v.get(key).map_or_else(|| "null".to_owned(), |x| x.json()))
 }
 
 fn strings_of<V: Value>(v: &V) -> Option<Vec<String>> {
@@ -180,241 +277,283 @@ fn final_source(s: &str) -> Option<FinalSource> {
 // ----- reading: the wire types -----
 
 pub fn message<V: Value>(v: &V) -> Option<Message> {
-    Some(Message {
-        message_id: string(v, "message_id")?,
-        client_message_id: opt_string(v, "client_message_id")?,
-        role: variant(v, "role", WireRole::parse)?,
-        content: string(v, "content")?,
-        status: variant(v, "status", MessageStatus::parse)?,
-        turn_id: opt_string(v, "turn_id")?,
-        created_at: int(v, "created_at")?,
-        event_id: string(v, "event_id")?,
-        author: opt_string(v, "author")?,
-        attachments: list(v, "attachments", attachment)?,
-        parent_id: opt_string(v, "parent_id")?,
-        siblings: opt(v, "siblings", siblings)?,
-        requests: list(v, "requests", turn_request)?,
-    })
+    let mut f = Fields::new(v);
+    let m = Message {
+        message_id: f.str("message_id"),
+        client_message_id: f.opt_str("client_message_id"),
+        role: f.variant("role", WireRole::parse, WireRole::User),
+        content: f.str("content"),
+        status: f.variant("status", MessageStatus::parse, MessageStatus::Complete),
+        turn_id: f.opt_str("turn_id"),
+        created_at: f.int("created_at"),
+        event_id: f.str("event_id"),
+        author: f.opt_str("author"),
+        attachments: f.list("attachments", attachment),
+        parent_id: f.opt_str("parent_id"),
+        siblings: f.opt("siblings", siblings),
+        requests: f.list("requests", turn_request),
+    };
+    f.done(m)
 }
 
 /// A message's versions (v1.2).
 fn siblings<V: Value>(v: &V) -> Option<Siblings> {
-    Some(Siblings {
-        index: u32::try_from(int(v, "index")?).ok()?,
-        count: u32::try_from(int(v, "count")?).ok()?,
-        ids: strings(v, "ids")?,
-    })
+    let mut f = Fields::new(v);
+    let s = Siblings {
+        index: f.count("index", U32_MAX) as u32,
+        count: f.count("count", U32_MAX) as u32,
+        ids: f.strings("ids"),
+    };
+    f.done(s)
 }
+
+const U32_MAX: i64 = u32::MAX as i64;
 
 /// A message's attachment (v1.2); the server always writes `url` and `media_type`.
 pub fn attachment<V: Value>(v: &V) -> Option<Attachment> {
-    Some(Attachment {
-        url: string_or_empty(v, "url")?,
-        media_type: string_or_empty(v, "media_type")?,
-        name: opt_string(v, "name")?,
-    })
+    let mut f = Fields::new(v);
+    let a = Attachment {
+        url: f.str_or_empty("url"),
+        media_type: f.str_or_empty("media_type"),
+        name: f.opt_str("name"),
+    };
+    f.done(a)
 }
 
 pub fn tool_call<V: Value>(v: &V) -> Option<ToolCall> {
-    Some(ToolCall {
-        call_id: string(v, "call_id")?,
-        name: string(v, "name")?,
-        status: variant(v, "status", ToolStatus::parse)?,
-        input_preview: opt_string(v, "input_preview")?,
-        output_preview: opt_string(v, "output_preview")?,
-    })
+    let mut f = Fields::new(v);
+    let t = ToolCall {
+        call_id: f.str("call_id"),
+        name: f.str("name"),
+        status: f.variant("status", ToolStatus::parse, ToolStatus::Started),
+        input_preview: f.opt_str("input_preview"),
+        output_preview: f.opt_str("output_preview"),
+    };
+    f.done(t)
 }
 
 fn truncation<V: Value>(v: &V) -> Option<Truncation> {
-    let size = int(v, "original_size")?;
-    Some(Truncation {
-        field: string(v, "field")?,
-        original_size: usize::try_from(size).ok()?,
-    })
+    let mut f = Fields::new(v);
+    let t = Truncation {
+        field: f.str("field"),
+        original_size: f.count("original_size", i64::MAX) as usize,
+    };
+    f.done(t)
 }
 
 fn tool_request<V: Value>(v: &V) -> Option<ToolRequest> {
-    Some(ToolRequest {
-        call_id: string(v, "call_id")?,
-        name: string(v, "name")?,
-        input: raw(v, "input"),
-    })
+    let mut f = Fields::new(v);
+    let t = ToolRequest {
+        call_id: f.str("call_id"),
+        name: f.str("name"),
+        input: f.raw("input"),
+    };
+    f.done(t)
 }
 
 /// A request's fields but its kind.
-fn input_request<V: Value>(v: &V, kind: RequestKind) -> Option<InputRequest> {
-    Some(InputRequest {
-        request_id: string(v, "request_id")?,
+fn input_request<V: Value>(f: &mut Fields<'_, V>, kind: RequestKind) -> InputRequest {
+    InputRequest {
+        request_id: f.str("request_id"),
         kind,
-        tool: opt(v, "tool", tool_request)?,
-        prompt: opt_string(v, "prompt")?,
-        options: opt(v, "options", strings_of)?,
-        expires_at: opt_int(v, "expires_at")?,
-    })
+        tool: f.opt("tool", tool_request),
+        prompt: f.opt_str("prompt"),
+        options: f.opt("options", strings_of),
+        expires_at: f.opt_int("expires_at"),
+    }
 }
 
 /// A request with its answer, as snapshots and turn statuses list them.
 pub fn turn_request<V: Value>(v: &V) -> Option<TurnRequest> {
-    let r = input_request(v, variant(v, "kind", RequestKind::parse)?)?;
-    Some(TurnRequest {
+    let mut f = Fields::new(v);
+    let kind = f.variant("kind", RequestKind::parse, RequestKind::Approval);
+    let r = input_request(&mut f, kind);
+    let r = TurnRequest {
         request_id: r.request_id,
         kind: r.kind,
         tool: r.tool,
         prompt: r.prompt,
         options: r.options,
         expires_at: r.expires_at,
-        answer: v.get("answer").map(|a| RawJson::trusted(a.json())),
-        answered_by: opt_string(v, "answered_by")?,
-    })
+        answer: f.opt_raw("answer"),
+        answered_by: f.opt_str("answered_by"),
+    };
+    f.done(r)
 }
 
 /// An `input_given` event's body, and the winner a `409 input_already_given` names.
 pub fn input_given<V: Value>(v: &V) -> Option<InputGiven> {
-    Some(InputGiven {
-        request_id: string(v, "request_id")?,
-        by: opt_string(v, "by")?,
-        answer: raw(v, "answer"),
-    })
+    let mut f = Fields::new(v);
+    let g = given(&mut f);
+    f.done(g)
+}
+
+fn given<V: Value>(f: &mut Fields<'_, V>) -> InputGiven {
+    InputGiven {
+        request_id: f.str("request_id"),
+        by: f.opt_str("by"),
+        answer: f.raw("answer"),
+    }
 }
 
 /// A journaled event (the `data:` of a stream frame).
 pub fn event<V: Value>(v: &V) -> Option<Event> {
-    let kind = string(v, "kind")?;
+    let mut f = Fields::new(v);
+    let kind = f.str("kind");
     let body = match kind.as_str() {
         "message_received" => EventBody::MessageReceived {
             message: message(&v.get("message")?)?,
         },
         "turn_queued" => EventBody::TurnQueued {
-            reply_id: opt_string(v, "reply_id")?,
-            parent_id: opt_string(v, "parent_id")?,
+            reply_id: f.opt_str("reply_id"),
+            parent_id: f.opt_str("parent_id"),
         },
         "branch_changed" => EventBody::BranchChanged {
-            leaf_id: string(v, "leaf_id")?,
+            leaf_id: f.str("leaf_id"),
         },
         "turn_started" => EventBody::TurnStarted {},
         "thinking" => EventBody::Thinking {
-            delta: string(v, "delta")?,
+            delta: f.str("delta"),
         },
         "tool" => EventBody::Tool(tool_call(v)?),
         "response_delta" => EventBody::ResponseDelta {
-            delta: string(v, "delta")?,
+            delta: f.str("delta"),
         },
         "turn_ended" => EventBody::TurnEnded {
-            state: turn_state(v, "state")?,
-            message: opt(v, "message", message)?,
-            error: opt_string(v, "error")?,
+            state: f.turn_state("state"),
+            message: f.opt("message", message),
+            error: f.opt_str("error"),
         },
-        "input_given" => EventBody::InputGiven(input_given(v)?),
+        "input_given" => EventBody::InputGiven(given(&mut f)),
         // An `input_requested` event's `kind` is its request's.
-        k => EventBody::InputRequested(input_request(v, RequestKind::parse(k)?)?),
+        k => EventBody::InputRequested(input_request(&mut f, RequestKind::parse(k)?)),
     };
-    Some(Event {
-        id: string(v, "id")?,
-        session_id: string(v, "session_id")?,
-        ts: int(v, "ts")?,
-        turn_id: opt_string(v, "turn_id")?,
+    let e = Event {
+        id: f.str("id"),
+        session_id: f.str("session_id"),
+        ts: f.int("ts"),
+        turn_id: f.opt_str("turn_id"),
         body,
-        truncated: list(v, "truncated", truncation)?,
-    })
+        truncated: f.list("truncated", truncation),
+    };
+    f.done(e)
 }
 
 fn active_turn<V: Value>(v: &V) -> Option<ActiveTurn> {
-    Some(ActiveTurn {
-        turn_id: string(v, "turn_id")?,
-        session_id: string(v, "session_id")?,
-        state: turn_state(v, "state")?,
-        thinking: string(v, "thinking")?,
-        tools: list(v, "tools", tool_call)?,
-        text: string(v, "text")?,
-        requests: list(v, "requests", turn_request)?,
+    let mut f = Fields::new(v);
+    let t = ActiveTurn {
+        turn_id: f.str("turn_id"),
+        session_id: f.str("session_id"),
+        state: f.turn_state("state"),
+        thinking: f.str("thinking"),
+        tools: f.list("tools", tool_call),
+        text: f.str("text"),
+        requests: f.list("requests", turn_request),
         reply_id: None,
         parent_id: None,
-    })
+    };
+    f.done(t)
 }
 
 pub fn snapshot<V: Value>(v: &V) -> Option<Snapshot> {
-    Some(Snapshot {
-        cursor: string(v, "cursor")?,
-        active_turns: list(v, "active_turns", active_turn)?,
-    })
+    let mut f = Fields::new(v);
+    let s = Snapshot {
+        cursor: f.str("cursor"),
+        active_turns: f.list("active_turns", active_turn),
+    };
+    f.done(s)
 }
 
 /// Where an active turn's reply goes: its `reply_id` and `parent_id` (v1.2), absent from an
 /// older server's snapshot.
 fn turn_place<V: Value>(v: &V) -> Option<TurnPlace> {
-    Some(TurnPlace {
-        turn_id: string(v, "turn_id")?,
-        reply_id: opt_string(v, "reply_id")?,
-        parent_id: opt_string(v, "parent_id")?,
-    })
+    let mut f = Fields::new(v);
+    let p = TurnPlace {
+        turn_id: f.str("turn_id"),
+        reply_id: f.opt_str("reply_id"),
+        parent_id: f.opt_str("parent_id"),
+    };
+    f.done(p)
 }
 
 /// A snapshot with its active turns' places (read beside the protocol's [`ActiveTurn`]).
 pub fn snapshot_placed<V: Value>(v: &V) -> Option<(Snapshot, Vec<TurnPlace>)> {
-    Some((snapshot(v)?, list(v, "active_turns", turn_place)?))
+    let mut f = Fields::new(v);
+    let places = f.list("active_turns", turn_place);
+    let s = snapshot(v);
+    f.done((s?, places))
 }
 
 pub fn resync<V: Value>(v: &V) -> Option<ResyncRequired> {
-    Some(ResyncRequired {
-        reason: variant(v, "reason", ResyncReason::parse)?,
-    })
+    let mut f = Fields::new(v);
+    let r = ResyncRequired {
+        reason: f.variant("reason", ResyncReason::parse, ResyncReason::Invalid),
+    };
+    f.done(r)
 }
 
 pub fn history<V: Value>(v: &V) -> Option<HistoryResponse> {
-    Some(HistoryResponse {
-        session_id: string(v, "session_id")?,
-        messages: list(v, "messages", message)?,
-        cursor: string(v, "cursor")?,
-        has_more: match v.get("has_more") {
-            None => false,
-            Some(b) => b.boolean()?,
-        },
-        leaf_id: opt_string(v, "leaf_id")?,
-    })
+    let mut f = Fields::new(v);
+    let h = HistoryResponse {
+        session_id: f.str("session_id"),
+        messages: f.list("messages", message),
+        cursor: f.str("cursor"),
+        has_more: f.bool_or_false("has_more"),
+        leaf_id: f.opt_str("leaf_id"),
+    };
+    f.done(h)
 }
 
 pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
-    Some(TurnInfo {
-        turn_id: string(v, "turn_id")?,
-        session_id: string(v, "session_id")?,
-        state: turn_state(v, "state")?,
-        created_at: int(v, "created_at")?,
-        started_at: opt_int(v, "started_at")?,
-        ended_at: opt_int(v, "ended_at")?,
-        text: string(v, "text")?,
-        thinking: string_or_empty(v, "thinking")?,
-        tools: list(v, "tools", tool_call)?,
-        message: opt(v, "message", message)?,
-        error: opt_string(v, "error")?,
+    let mut f = Fields::new(v);
+    let t = TurnInfo {
+        turn_id: f.str("turn_id"),
+        session_id: f.str("session_id"),
+        state: f.turn_state("state"),
+        created_at: f.int("created_at"),
+        started_at: f.opt_int("started_at"),
+        ended_at: f.opt_int("ended_at"),
+        text: f.str("text"),
+        thinking: f.str_or_empty("thinking"),
+        tools: f.list("tools", tool_call),
+        message: f.opt("message", message),
+        error: f.opt_str("error"),
         // The SDK shows no token counts; the field is v1.1's and optional.
         usage: None,
-        requests: list(v, "requests", turn_request)?,
+        requests: f.list("requests", turn_request),
         reply_id: None,
         parent_id: None,
-    })
+    };
+    f.done(t)
 }
 
 pub fn post_response<V: Value>(v: &V) -> Option<PostMessageResponse> {
-    Some(PostMessageResponse {
-        message_id: string(v, "message_id")?,
-        client_message_id: opt_string(v, "client_message_id")?,
-        turn_id: string(v, "turn_id")?,
-        event_id: string(v, "event_id")?,
-    })
+    let mut f = Fields::new(v);
+    let r = PostMessageResponse {
+        message_id: f.str("message_id"),
+        client_message_id: f.opt_str("client_message_id"),
+        turn_id: f.str("turn_id"),
+        event_id: f.str("event_id"),
+    };
+    f.done(r)
 }
 
 pub fn cancel_response<V: Value>(v: &V) -> Option<CancelResponse> {
-    Some(CancelResponse {
-        turn_id: string(v, "turn_id")?,
-        state: turn_state(v, "state")?,
-    })
+    let mut f = Fields::new(v);
+    let r = CancelResponse {
+        turn_id: f.str("turn_id"),
+        state: f.turn_state("state"),
+    };
+    f.done(r)
 }
 
 fn error_detail<V: Value>(v: &V) -> Option<ErrorDetail> {
-    Some(ErrorDetail {
-        code: string(v, "code")?,
-        message: string(v, "message")?,
-    })
+    let mut f = Fields::new(v);
+    let e = ErrorDetail {
+        code: f.str("code"),
+        message: f.str("message"),
+    };
+    f.done(e)
 }
 
 /// The detail of an error answer, `{"error": {"code", "message"}}`.
@@ -425,118 +564,141 @@ pub fn error_body<V: Value>(v: &V) -> Option<ErrorDetail> {
 // ----- reading: the cache and the tab messages -----
 
 fn entry_error<V: Value>(v: &V) -> Option<EntryError> {
+    let e = error_detail(v)?;
     Some(EntryError {
-        code: string(v, "code")?,
-        message: string(v, "message")?,
+        code: e.code,
+        message: e.message,
     })
+}
+
+fn on_busy<V: Value>(v: &V) -> Option<OnBusy> {
+    OnBusy::parse(&v.string()?)
 }
 
 fn user_entry<V: Value>(v: &V) -> Option<UserEntry> {
-    Some(UserEntry {
-        key: string(v, "key")?,
-        client_message_id: opt_string(v, "client_message_id")?,
-        message_id: opt_string(v, "message_id")?,
-        turn_id: opt_string(v, "turn_id")?,
-        content: string(v, "content")?,
-        created_at: int(v, "created_at")?,
-        seq: opt_int(v, "seq")?,
-        status: variant(v, "status", user_status)?,
-        error: opt(v, "error", entry_error)?,
-        from_server: boolean(v, "from_server")?,
-        send_order: u64::try_from(int(v, "send_order")?).ok()?,
-        author: opt_string(v, "author")?,
-        attachments: list(v, "attachments", attachment)?,
-        on_busy: opt(v, "on_busy", |b| OnBusy::parse(&b.string()?))?,
-        node: opt(v, "node", node)?.unwrap_or_default(),
-        edit: opt(v, "edit", |b| b.boolean())?.unwrap_or_default(),
-    })
+    let mut f = Fields::new(v);
+    let u = UserEntry {
+        key: f.str("key"),
+        client_message_id: f.opt_str("client_message_id"),
+        message_id: f.opt_str("message_id"),
+        turn_id: f.opt_str("turn_id"),
+        content: f.str("content"),
+        created_at: f.int("created_at"),
+        seq: f.opt_int("seq"),
+        status: f.variant("status", user_status, UserStatus::Sent),
+        error: f.opt("error", entry_error),
+        from_server: f.bool("from_server"),
+        send_order: f.count("send_order", i64::MAX) as u64,
+        author: f.opt_str("author"),
+        attachments: f.list("attachments", attachment),
+        on_busy: f.opt("on_busy", on_busy),
+        node: f.opt("node", node).unwrap_or_default(),
+        edit: f.bool_or_false("edit"),
+    };
+    f.done(u)
 }
 
 fn node<V: Value>(v: &V) -> Option<Node> {
-    Some(Node {
-        id: opt_string(v, "id")?,
-        parent_id: opt_string(v, "parent_id")?,
-        placed: boolean(v, "placed")?,
-        siblings: strings(v, "siblings")?,
-        elsewhere: opt(v, "elsewhere", |b| b.boolean())?.unwrap_or_default(),
-    })
+    let mut f = Fields::new(v);
+    let n = Node {
+        id: f.opt_str("id"),
+        parent_id: f.opt_str("parent_id"),
+        placed: f.bool("placed"),
+        siblings: f.strings("siblings"),
+        elsewhere: f.bool_or_false("elsewhere"),
+    };
+    f.done(n)
 }
 
 fn progress<V: Value>(v: &V) -> Option<Progress> {
-    Some(Progress {
-        through: opt_int(v, "through")?,
-        running: boolean(v, "running")?,
-        text: string(v, "text")?,
-        thinking: string(v, "thinking")?,
-        tools: list(v, "tools", tool_call)?,
-        requests: list(v, "requests", turn_request)?,
-    })
+    let mut f = Fields::new(v);
+    let p = Progress {
+        through: f.opt_int("through"),
+        running: f.bool("running"),
+        text: f.str("text"),
+        thinking: f.str("thinking"),
+        tools: f.list("tools", tool_call),
+        requests: f.list("requests", turn_request),
+    };
+    f.done(p)
 }
 
 fn final_of<V: Value>(v: &V) -> Option<Final> {
-    Some(Final {
-        status: variant(v, "status", MessageStatus::parse)?,
-        source: variant(v, "source", final_source)?,
-        message_id: opt_string(v, "message_id")?,
-        content: string(v, "content")?,
-        truncated: boolean(v, "truncated")?,
-        error: opt_string(v, "error")?,
-    })
+    let mut f = Fields::new(v);
+    let x = Final {
+        status: f.variant("status", MessageStatus::parse, MessageStatus::Complete),
+        source: f.variant("source", final_source, FinalSource::Lost),
+        message_id: f.opt_str("message_id"),
+        content: f.str("content"),
+        truncated: f.bool("truncated"),
+        error: f.opt_str("error"),
+    };
+    f.done(x)
 }
 
 fn assistant_entry<V: Value>(v: &V) -> Option<AssistantEntry> {
-    Some(AssistantEntry {
-        turn_id: string(v, "turn_id")?,
-        anchor: opt_int(v, "anchor")?,
-        progress: progress(&v.get("progress")?)?,
-        fin: opt(v, "final", final_of)?,
-        recovered: boolean(v, "recovered")?,
-        answers: list(v, "answers", local_answer)?,
-        node: opt(v, "node", node)?.unwrap_or_default(),
-    })
+    let progress = progress(&v.get("progress")?)?;
+    let mut f = Fields::new(v);
+    let a = AssistantEntry {
+        turn_id: f.str("turn_id"),
+        anchor: f.opt_int("anchor"),
+        progress,
+        fin: f.opt("final", final_of),
+        recovered: f.bool("recovered"),
+        answers: f.list("answers", local_answer),
+        node: f.opt("node", node).unwrap_or_default(),
+    };
+    f.done(a)
 }
 
 fn local_answer<V: Value>(v: &V) -> Option<LocalAnswer> {
-    Some(LocalAnswer {
-        request_id: string(v, "request_id")?,
-        answer: RawJson::trusted(v.get("answer")?.json()),
-        sent: boolean(v, "sent")?,
-    })
+    let mut f = Fields::new(v);
+    let a = LocalAnswer {
+        request_id: f.str("request_id"),
+        answer: f.req_raw("answer"),
+        sent: f.bool("sent"),
+    };
+    f.done(a)
 }
 
 pub fn cache_record<V: Value>(v: &V) -> Option<CacheRecord> {
-    Some(CacheRecord {
-        version: u32::try_from(int(v, "version")?).ok()?,
-        session_id: string(v, "session_id")?,
-        epoch: opt_string(v, "epoch")?,
-        users: list(v, "users", user_entry)?,
-        turns: list(v, "turns", assistant_entry)?,
-        branch_actions: list(v, "branch_actions", branch_action)?,
-    })
+    let mut f = Fields::new(v);
+    let r = CacheRecord {
+        version: f.count("version", U32_MAX) as u32,
+        session_id: f.str("session_id"),
+        epoch: f.opt_str("epoch"),
+        users: f.list("users", user_entry),
+        turns: f.list("turns", assistant_entry),
+        branch_actions: f.list("branch_actions", branch_action),
+    };
+    f.done(r)
 }
 
 fn branch_action<V: Value>(v: &V) -> Option<BranchAction> {
-    Some(BranchAction {
-        id: string(v, "id")?,
-        regenerate: boolean(v, "regenerate")?,
-        target: string(v, "target")?,
-        done: opt(v, "done", Value::boolean)?.unwrap_or(false),
-    })
+    let mut f = Fields::new(v);
+    let a = BranchAction {
+        id: f.str("id"),
+        regenerate: f.bool("regenerate"),
+        target: f.str("target"),
+        done: f.bool_or_false("done"),
+    };
+    f.done(a)
 }
 
 pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
-    let session_id = string(v, "session_id")?;
-    Some(match string(v, "type")?.as_str() {
+    let mut f = Fields::new(v);
+    let session_id = f.str("session_id");
+    let m = match f.str("type").as_str() {
         "optimistic" => TabMessage::Optimistic {
             session_id,
-            client_message_id: string(v, "client_message_id")?,
-            content: string(v, "content")?,
-            attachments: list(v, "attachments", attachment)?,
-            created_at: int(v, "created_at")?,
-            on_busy: opt(v, "on_busy", |b| OnBusy::parse(&b.string()?))?,
-            edit: match opt(v, "edit", |b| b.boolean())? {
-                Some(true) => Some(opt_string(v, "parent_id")?),
-                _ => None,
+            client_message_id: f.str("client_message_id"),
+            content: f.str("content"),
+            attachments: f.list("attachments", attachment),
+            created_at: f.int("created_at"),
+            on_busy: f.opt("on_busy", on_busy),
+            edit: match f.bool_or_false("edit") {
+                true => Some(f.opt_str("parent_id")),
+                false => None,
             },
         },
         "posted" => TabMessage::Posted {
@@ -545,71 +707,72 @@ pub fn tab_message<V: Value>(v: &V) -> Option<TabMessage> {
         },
         "rejected" => TabMessage::Rejected {
             session_id,
-            client_message_id: string(v, "client_message_id")?,
+            client_message_id: f.str("client_message_id"),
             error: error_detail(&v.get("error")?)?,
         },
         "recovered" => TabMessage::Recovered {
             session_id,
-            turn_id: string(v, "turn_id")?,
-            info: opt(v, "info", turn_info)?.map(Box::new),
+            turn_id: f.str("turn_id"),
+            info: f.opt("info", turn_info).map(Box::new),
         },
         "answer" => TabMessage::Answer {
             session_id,
-            turn_id: string(v, "turn_id")?,
-            request_id: string(v, "request_id")?,
-            answer: RawJson::trusted(v.get("answer")?.json()),
-            sent: boolean(v, "sent")?,
+            turn_id: f.str("turn_id"),
+            request_id: f.str("request_id"),
+            answer: f.req_raw("answer"),
+            sent: f.bool("sent"),
         },
         _ => return None,
-    })
-}
-
-fn strings<V: Value>(v: &V, key: &str) -> Option<Vec<String>> {
-    strings_of(&v.get(key)?)
+    };
+    f.done(m)
 }
 
 pub fn relay<V: Value>(v: &V) -> Option<Relay> {
-    Some(match string(v, "t")?.as_str() {
+    let mut f = Fields::new(v);
+    let r = match f.str("t").as_str() {
         "state" => Relay::State {
-            generation: int(v, "gen")?,
-            streams: items_of(&v.get("streams")?, stream_state)?,
-            hidden: boolean(v, "hidden")?,
+            generation: f.int("gen"),
+            streams: f.items("streams", stream_state),
+            hidden: f.bool("hidden"),
         },
         "frame" => Relay::Frame {
-            sid: string(v, "sid")?,
-            kind: string(v, "kind")?,
-            data: string(v, "data")?,
-            prev: opt_string(v, "prev")?,
-            last: string(v, "last")?,
+            sid: f.str("sid"),
+            kind: f.str("kind"),
+            data: f.str("data"),
+            prev: f.opt_str("prev"),
+            last: f.str("last"),
         },
         "want" => Relay::Want {
-            tab: string(v, "tab")?,
-            generation: int(v, "gen")?,
-            wants: items_of(&v.get("wants")?, want)?,
+            tab: f.str("tab"),
+            generation: f.int("gen"),
+            wants: f.items("wants", want),
         },
-        "bye" => Relay::Bye {
-            tab: string(v, "tab")?,
-        },
+        "bye" => Relay::Bye { tab: f.str("tab") },
         _ => return None,
-    })
+    };
+    f.done(r)
 }
 
-fn stream_state<V: Value>(s: &V) -> Option<StreamState> {
-    Some(StreamState {
-        sid: string(s, "sid")?,
-        sessions: strings(s, "sessions")?,
-        from: string(s, "from")?,
-        last: opt_string(s, "last")?,
-        open: boolean(s, "open")?,
-    })
+fn stream_state<V: Value>(v: &V) -> Option<StreamState> {
+    let mut f = Fields::new(v);
+    let s = StreamState {
+        sid: f.str("sid"),
+        sessions: f.strings("sessions"),
+        from: f.str("from"),
+        last: f.opt_str("last"),
+        open: f.bool("open"),
+    };
+    f.done(s)
 }
 
-fn want<V: Value>(w: &V) -> Option<Want> {
-    Some(Want {
-        session: string(w, "session")?,
-        pos: string(w, "pos")?,
-        covered: opt_string(w, "covered")?,
-    })
+fn want<V: Value>(v: &V) -> Option<Want> {
+    let mut f = Fields::new(v);
+    let w = Want {
+        session: f.str("session"),
+        pos: f.str("pos"),
+        covered: f.opt_str("covered"),
+    };
+    f.done(w)
 }
 
 // ----- writing -----
@@ -1140,12 +1303,14 @@ pub fn post_request_json(
 
 /// The answer of `POST /api/messages/{message}/regenerate` (v1.2).
 pub fn regenerate_response<V: Value>(v: &V) -> Option<RegenerateResponse> {
-    Some(RegenerateResponse {
-        message_id: string(v, "message_id")?,
-        turn_id: string(v, "turn_id")?,
-        event_id: string(v, "event_id")?,
-        cursor: string(v, "cursor")?,
-    })
+    let mut f = Fields::new(v);
+    let r = RegenerateResponse {
+        message_id: f.str("message_id"),
+        turn_id: f.str("turn_id"),
+        event_id: f.str("event_id"),
+        cursor: f.str("cursor"),
+    };
+    f.done(r)
 }
 
 /// The body of `POST /api/sessions/{session}/active` (v1.2).

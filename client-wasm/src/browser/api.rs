@@ -340,17 +340,37 @@ fn set_panic_hook() {
     }
 }
 
-#[wasm_bindgen]
 impl ChatClient {
     /// Shows the cached view at once, then loads history and follows the session's stream.
-    /// Resolves once the cache is read; never waits for the network.
-    pub async fn connect(
-        #[wasm_bindgen(unchecked_param_type = "ConnectOptions")] options: JsValue,
-    ) -> Result<ChatClient, JsError> {
+    /// Resolves once the cache is read; never waits for the network. (JS calls `connect_js`,
+    /// the same steps; the package has only that one.)
+    pub async fn connect(options: JsValue) -> Result<ChatClient, JsError> {
         set_panic_hook();
         let opts = parse_options(options)?;
         Ok(ChatClient {
             inner: Client::connect(opts).await,
+        })
+    }
+}
+
+#[wasm_bindgen]
+impl ChatClient {
+    /// Shows the cached view at once, then loads history and follows the session's stream.
+    /// Resolves once the cache is read; never waits for the network.
+    // `ChatClient::connect` for JS. Not an `async fn`: that would bring a second copy of the
+    // promise glue, for this one future type, beside the boxed one every other method shares.
+    #[doc(hidden)]
+    #[wasm_bindgen(js_name = "connect", unchecked_return_type = "Promise<ChatClient>")]
+    pub fn connect_js(
+        #[wasm_bindgen(unchecked_param_type = "ConnectOptions")] options: JsValue,
+    ) -> Promise {
+        future_to_promise(async move {
+            set_panic_hook();
+            let opts = parse_options(options)?;
+            let client = ChatClient {
+                inner: Client::connect(opts).await,
+            };
+            Ok(client.into())
         })
     }
 

@@ -26,14 +26,6 @@ impl Auth {
         self.token.borrow().clone()
     }
 
-    /// The token in use, asking `getToken` for the first one.
-    pub(crate) async fn token(&self) -> Option<String> {
-        match self.cached() {
-            Some(t) => Some(t),
-            None => self.renew().await,
-        }
-    }
-
     /// Asks `getToken` for a fresh token; `None` when it threw, rejected or gave no string.
     pub(crate) async fn renew(&self) -> Option<String> {
         let got = self.get_token.call0(&JsValue::NULL).ok()?;

@@ -2,6 +2,7 @@
 //! [`TabMessage`]s; the sender never hears its own, and the receiver merges them by id like any
 //! other source, whatever the server has said meanwhile.
 
+use crate::browser::{listener, On};
 use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
@@ -13,7 +14,7 @@ use crate::tabs::TabMessage;
 
 pub(crate) struct Channel {
     channel: BroadcastChannel,
-    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_message: Closure<dyn FnMut(web_sys::Event)>,
 }
 
 impl Channel {
@@ -21,20 +22,20 @@ impl Channel {
     pub(crate) fn open(
         base_url: &str,
         session_id: &str,
-        on: Rc<dyn Fn(TabMessage)>,
+        on: Rc<dyn On<TabMessage>>,
     ) -> Option<Self> {
         let channel =
             BroadcastChannel::new(&crate::cat(&["turnstream:", base_url, ":", session_id])).ok()?;
-        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+        let on_message = listener(Box::new(move |e: web_sys::Event| {
             // Anything else on the channel (another SDK version, a stray page) is not ours.
             if let Some(msg) = e
-                .data()
-                .as_string()
+                .dyn_ref::<MessageEvent>()
+                .and_then(|m| m.data().as_string())
                 .and_then(|s| json::read(&s, codec::tab_message))
             {
-                on(msg);
+                on.on(msg);
             }
-        });
+        }));
         channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         Some(Channel {
             channel,

@@ -2,6 +2,7 @@
 //! `navigator.onLine`, timers that can be woken early, and Web Locks. Looked up on use, never at
 //! import, so loading the package during server-side rendering touches nothing.
 
+use crate::browser::{deferred, listener, once, Listen};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -73,19 +74,14 @@ impl Waker {
     /// Resolves after `ms`, or sooner on `wake_all`.
     pub(crate) async fn sleep(&self, ms: u32) {
         let pending = self.pending.clone();
-        let mut mine: Option<Function> = None;
-        let promise = Promise::new(&mut |resolve, _reject| {
-            set_timeout(&resolve, i32::try_from(ms).unwrap_or(i32::MAX));
-            pending.borrow_mut().push(resolve.clone());
-            mine = Some(resolve);
-        });
+        let (promise, mine, _) = deferred();
+        set_timeout(&mine, i32::try_from(ms).unwrap_or(i32::MAX));
+        pending.borrow_mut().push(mine.clone());
         // A timer promise never rejects; either way the caller just re-checks its condition.
         let _ = JsFuture::from(promise).await;
-        if let Some(mine) = mine {
-            self.pending
-                .borrow_mut()
-                .retain(|f| !js_sys::Object::is(f, &mine));
-        }
+        self.pending
+            .borrow_mut()
+            .retain(|f| !js_sys::Object::is(f, &mine));
     }
 
     pub(crate) fn wake_all(&self) {
@@ -110,17 +106,12 @@ where
         return false;
     };
     // The lock is held until the promise the callback returns settles: that is `release`.
-    let mut release_fn: Option<Function> = None;
-    let release = Promise::new(&mut |resolve, _| release_fn = Some(resolve));
-    let mut granted_fns: Option<(Function, Function)> = None;
-    let granted = Promise::new(&mut |resolve, reject| granted_fns = Some((resolve, reject)));
-    let (Some(release_fn), Some((granted_fn, refused_fn))) = (release_fn, granted_fns) else {
-        return false;
-    };
-    let callback = Closure::once_into_js(move |_lock: JsValue| -> JsValue {
+    let (release, release_fn, _) = deferred();
+    let (granted, granted_fn, refused_fn) = deferred();
+    let callback = once(Box::new(move |_lock: JsValue| -> JsValue {
         let _ = granted_fn.call0(&JsValue::UNDEFINED);
         release.into()
-    });
+    }));
     let Ok(requested) = request.call2(&locks, &JsValue::from_str(name), &callback) else {
         return false;
     };
@@ -129,9 +120,10 @@ where
     };
     // A request refused later (some sandboxed or opaque origins) must not leave us waiting for
     // a grant that never comes. After a grant, this rejection is a no-op.
-    let refused = Closure::once_into_js(move |e: JsValue| {
+    let refused = once(Box::new(move |e: JsValue| -> JsValue {
         let _ = refused_fn.call1(&JsValue::UNDEFINED, &e);
-    });
+        JsValue::UNDEFINED
+    }));
     // (`Promise::catch` wants a `Closure` we would have to leak; a one-shot JS function is
     // collected once called or dropped.)
     let requested = get(&requested, "catch")
@@ -170,12 +162,8 @@ impl GlobalListener {
     }
 
     /// Boxed: one copy of this code for every listener (package size).
-    fn on(
-        target: Option<web_sys::EventTarget>,
-        event: &'static str,
-        f: Box<dyn FnMut(web_sys::Event)>,
-    ) -> Self {
-        let closure = Closure::wrap(f);
+    fn on(target: Option<web_sys::EventTarget>, event: &'static str, f: Box<dyn Listen>) -> Self {
+        let closure = listener(f);
         if let Some(target) = &target {
             let _ =
                 target.add_event_listener_with_callback(event, closure.as_ref().unchecked_ref());

@@ -19,28 +19,32 @@ use crate::codec;
 pub(crate) enum HttpError {
     /// No answer at all (offline, server down, CORS refused).
     Network(String),
-    /// The server answered with an error status.
-    Status {
-        status: u16,
-        error: ErrorDetail,
-        /// Seconds, from `Retry-After` (429, 503).
-        retry_after: Option<u32>,
-        /// The whole answer (a `409 input_already_given` names the winning answer in it).
-        body: String,
-    },
+    /// The server answered with an error status. Boxed: every future that holds a request's
+    /// result moves and drops a pointer instead of the whole answer.
+    Status(Box<Refusal>),
     /// The answer did not parse.
     Decode,
+}
+
+/// An answer with an error status.
+pub(crate) struct Refusal {
+    pub(crate) status: u16,
+    pub(crate) error: ErrorDetail,
+    /// Seconds, from `Retry-After` (429, 503).
+    pub(crate) retry_after: Option<u32>,
+    /// The whole answer (a `409 input_already_given` names the winning answer in it).
+    pub(crate) body: String,
 }
 
 impl HttpError {
     pub(crate) fn message(&self) -> String {
         match self {
             HttpError::Network(m) => crate::cat(&["network error: ", m]),
-            HttpError::Status { status, error, .. } => {
-                let mut s = crate::cat(&[&error.code, " ("]);
-                codec::write_int(&mut s, i64::from(*status));
+            HttpError::Status(r) => {
+                let mut s = crate::cat(&[&r.error.code, " ("]);
+                codec::write_int(&mut s, i64::from(r.status));
                 s.push_str("): ");
-                s.push_str(&error.message);
+                s.push_str(&r.error.message);
                 s
             }
             HttpError::Decode => "unexpected answer".to_owned(),
@@ -72,16 +76,26 @@ impl Endpoint {
         body: Option<&'a str>,
     ) -> Reply<'a> {
         Box::pin(async move {
-            let Some(auth) = &self.auth else {
-                return fetch(method, url, body, None).await;
-            };
-            let token = auth.token().await;
-            match fetch(method, url, body, token.as_deref()).await {
-                Err(HttpError::Status { status: 401, .. }) => {
-                    let token = auth.renew().await;
-                    fetch(method, url, body, token.as_deref()).await
+            // One `fetch` and one `getToken` in the loop rather than an await of each per
+            // path: each await of an `async fn` is its state machine again in this one.
+            let mut retried = false;
+            loop {
+                let mut token = None;
+                if let Some(auth) = &self.auth {
+                    token = if retried { None } else { auth.cached() };
+                    if token.is_none() {
+                        token = auth.renew().await;
+                    }
                 }
-                other => other,
+                let reply = fetch(method, url, body, token.as_deref()).await;
+                match &reply {
+                    Err(HttpError::Status(r))
+                        if r.status == 401 && self.auth.is_some() && !retried =>
+                    {
+                        retried = true;
+                    }
+                    _ => return reply,
+                }
             }
         })
     }
@@ -113,7 +127,7 @@ impl Endpoint {
         ]);
         let resp = self.send("GET", &url, None).await?;
         let header = resp.headers().get(CURSOR_HEADER).ok().flatten();
-        let history = decode(resp, codec::history).await?;
+        let history = read(body_json(resp).await?, codec::history)?;
         // The header and the body name the same position; the header is the documented one.
         let cursor = header.unwrap_or_else(|| history.cursor.clone());
         Ok((history, cursor))
@@ -123,11 +137,11 @@ impl Endpoint {
     pub(crate) async fn turn(&self, turn_id: &str) -> Result<Option<TurnInfo>, HttpError> {
         let url = self.url(&["/api/turns/", &enc(turn_id)]);
         match self.send("GET", &url, None).await {
-            Ok(resp) => decode(resp, codec::turn_info).await.map(Some),
+            Ok(resp) => read(body_json(resp).await?, codec::turn_info).map(Some),
             // Only the server's own "no such turn" means lost; a proxy's 404 does not.
-            Err(HttpError::Status {
-                status: 404, error, ..
-            }) if error.code == "turn_not_found" => Ok(None),
+            Err(HttpError::Status(r)) if r.status == 404 && r.error.code == "turn_not_found" => {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
@@ -135,7 +149,8 @@ impl Endpoint {
     /// `POST /api/turns/{turn}/cancel`.
     pub(crate) async fn cancel(&self, turn_id: &str) -> Result<CancelResponse, HttpError> {
         let url = self.url(&["/api/turns/", &enc(turn_id), "/cancel"]);
-        decode(self.send("POST", &url, None).await?, codec::cancel_response).await
+        let resp = self.send("POST", &url, None).await?;
+        read(body_json(resp).await?, codec::cancel_response)
     }
 }
 
@@ -201,7 +216,12 @@ async fn fetch(
         .ok()
         .flatten()
         .and_then(|v| v.trim().parse().ok());
-    let text = text(&resp).await.unwrap_or_default();
+    // An error's body; none when it cannot be read.
+    let text = match resp.text() {
+        Ok(p) => JsFuture::from(p).await.ok().and_then(|v| v.as_string()),
+        Err(_) => None,
+    }
+    .unwrap_or_default();
     let error = json::read(&text, codec::error_body).unwrap_or_else(|| {
         let mut code = "http_".to_owned();
         codec::write_int(&mut code, i64::from(status));
@@ -210,25 +230,18 @@ async fn fetch(
             message: text.chars().take(200).collect(),
         }
     });
-    Err(HttpError::Status {
+    Err(HttpError::Status(Box::new(Refusal {
         status,
         error,
         retry_after,
         body: text,
-    })
+    })))
 }
 
-async fn text(resp: &Response) -> Result<String, HttpError> {
-    let promise = resp.text().map_err(|e| HttpError::Network(describe(&e)))?;
-    JsFuture::from(promise)
-        .await
-        .map_err(|e| HttpError::Network(describe(&e)))?
-        .as_string()
-        .ok_or(HttpError::Decode)
-}
-
-async fn decode<T>(resp: Response, read: fn(&JsValue) -> Option<T>) -> Result<T, HttpError> {
-    read(&body_json(resp).await?).ok_or(HttpError::Decode)
+/// A parsed body read by `read`. Not an `async fn` taking the response: each caller's future
+/// would hold that one's state machine too.
+fn read<T>(body: JsValue, read: fn(&JsValue) -> Option<T>) -> Result<T, HttpError> {
+    read(&body).ok_or(HttpError::Decode)
 }
 
 /// The body of `resp`, parsed. Boxed, as [`Endpoint::send`].
@@ -236,7 +249,13 @@ pub(crate) fn body_json(
     resp: Response,
 ) -> Pin<Box<dyn Future<Output = Result<JsValue, HttpError>>>> {
     Box::pin(async move {
-        let text = text(&resp).await?;
+        // Read here rather than through an `async fn`: one state machine less in each future.
+        let promise = resp.text().map_err(|e| HttpError::Network(describe(&e)))?;
+        let text = JsFuture::from(promise)
+            .await
+            .map_err(|e| HttpError::Network(describe(&e)))?
+            .as_string()
+            .ok_or(HttpError::Decode)?;
         json::parse(&text).ok_or(HttpError::Decode)
     })
 }

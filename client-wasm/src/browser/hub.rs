@@ -12,6 +12,7 @@
 //! session is `live` only while a covering stream is open and, in a follower, the leader was
 //! heard from lately (see [`QUIET_MS`]).
 
+use crate::browser::On;
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 
@@ -47,7 +48,7 @@ thread_local! {
 }
 
 /// A member's handler with what to tell it, called once no borrow is held.
-type Call = (Rc<dyn Fn(Signal)>, Signal);
+type Call = (Rc<dyn On<Signal>>, Signal);
 
 struct Member {
     id: u32,
@@ -55,7 +56,7 @@ struct Member {
     /// How far the view has read, and the stream it follows.
     follow: Follow,
     live: bool,
-    on: Rc<dyn Fn(Signal)>,
+    on: Rc<dyn On<Signal>>,
 }
 
 /// A stream the leader holds.
@@ -127,7 +128,7 @@ impl Membership {
     pub(crate) fn join(
         base_url: &str,
         session: &str,
-        on: Rc<dyn Fn(Signal)>,
+        on: Rc<dyn On<Signal>>,
         auth: Option<Rc<Auth>>,
     ) -> Membership {
         let hub = Hub::get(base_url);
@@ -197,7 +198,7 @@ impl Hub {
         }
         let hub = Rc::new_cyclic(|me: &Weak<Hub>| {
             let weak = me.clone();
-            let on: Rc<dyn Fn(Relay)> = Rc::new(move |msg| {
+            let on: Rc<dyn On<Relay>> = Rc::new(move |msg: Relay| {
                 if let Some(hub) = weak.upgrade() {
                     hub.on_relay(msg);
                 }
@@ -528,7 +529,7 @@ impl Hub {
             }
         }
         for (on, s) in calls {
-            on(s);
+            on.on(s);
         }
         missed
     }
@@ -568,7 +569,7 @@ impl Hub {
             }
         }
         for (on, s) in calls {
-            on(s);
+            on.on(s);
         }
     }
 
@@ -743,7 +744,7 @@ impl Hub {
         let Some(g) = groups.get_mut(i) else { return };
         let sid = g.state.sid.clone();
         let weak = self.me.clone();
-        let on: Rc<dyn Fn(Frame)> = Rc::new(move |f| {
+        let on: Rc<dyn On<Frame>> = Rc::new(move |f: Frame| {
             if let Some(hub) = weak.upgrade() {
                 hub.on_frame(&sid, f);
             }

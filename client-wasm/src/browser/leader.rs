@@ -2,7 +2,7 @@
 //! for as long as a tab leads. The browser hands it to the next tab in line when the leader
 //! closes or crashes; a tab whose leader went quiet can take it (`steal`).
 
-use crate::browser::spawn_local;
+use crate::browser::{deferred, once, spawn_local};
 use js_sys::{Function, Object, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
@@ -35,15 +35,12 @@ pub(crate) fn request(
     let Some((locks, request)) = locks() else {
         return false;
     };
-    let callback = Closure::once_into_js(move |_lock: JsValue| -> JsValue {
+    let callback = once(Box::new(move |_lock: JsValue| -> JsValue {
         // Held until this promise settles: its resolve function is the release.
-        let mut release: Option<Function> = None;
-        let held = Promise::new(&mut |resolve, _| release = Some(resolve));
-        if let Some(release) = release {
-            granted(release);
-        }
+        let (held, release, _) = deferred();
+        granted(release);
         held.into()
-    });
+    }));
     let options = Object::new();
     let _ = Reflect::set(&options, &JsValue::from_str("steal"), &steal.into());
     let Ok(requested) = request.call3(&locks, &JsValue::from_str(name), &options, &callback) else {

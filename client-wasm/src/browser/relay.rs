@@ -1,6 +1,7 @@
 //! The relay channel `turnstream-relay:<baseUrl>` between the tabs of one origin, carrying
 //! [`Relay`] messages as JSON text; anything on it that does not read is ignored.
 
+use crate::browser::{listener, On};
 use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
@@ -12,22 +13,22 @@ use crate::relay::Relay;
 
 pub(crate) struct RelayChannel {
     channel: BroadcastChannel,
-    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_message: Closure<dyn FnMut(web_sys::Event)>,
 }
 
 impl RelayChannel {
     /// `None` where the browser has no BroadcastChannel: each tab then streams for itself.
-    pub(crate) fn open(base_url: &str, on: Rc<dyn Fn(Relay)>) -> Option<Self> {
+    pub(crate) fn open(base_url: &str, on: Rc<dyn On<Relay>>) -> Option<Self> {
         let channel = BroadcastChannel::new(&crate::cat(&["turnstream-relay:", base_url])).ok()?;
-        let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |e: MessageEvent| {
+        let on_message = listener(Box::new(move |e: web_sys::Event| {
             if let Some(msg) = e
-                .data()
-                .as_string()
+                .dyn_ref::<MessageEvent>()
+                .and_then(|m| m.data().as_string())
                 .and_then(|s| json::read(&s, codec::relay))
             {
-                on(msg);
+                on.on(msg);
             }
-        });
+        }));
         channel.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         Some(RelayChannel {
             channel,

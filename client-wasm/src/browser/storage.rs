@@ -10,7 +10,8 @@
 //!
 //! The record is the JSON of [`CacheRecord`] (see [`crate::codec`]), stored as a string.
 
-use js_sys::{Promise, Reflect};
+use crate::browser::{deferred, listener};
+use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{IdbDatabase, IdbFactory, IdbRequest, IdbTransaction, IdbTransactionMode};
@@ -35,10 +36,9 @@ pub(crate) enum Storage {
 
 /// Resolves once `req` succeeded (with its result) or failed.
 async fn done(req: &IdbRequest) -> Result<JsValue, String> {
-    let settled = Promise::new(&mut |resolve, reject| {
-        req.set_onsuccess(Some(&resolve));
-        req.set_onerror(Some(&reject));
-    });
+    let (settled, resolve, reject) = deferred();
+    req.set_onsuccess(Some(&resolve));
+    req.set_onerror(Some(&reject));
     let outcome = JsFuture::from(settled).await;
     req.set_onsuccess(None);
     req.set_onerror(None);
@@ -56,11 +56,10 @@ fn request_error(target: &JsValue) -> String {
 
 /// Resolves once `tx` committed.
 async fn committed(tx: &IdbTransaction) -> Result<(), String> {
-    let settled = Promise::new(&mut |resolve, reject| {
-        tx.set_oncomplete(Some(&resolve));
-        tx.set_onerror(Some(&reject));
-        tx.set_onabort(Some(&reject));
-    });
+    let (settled, resolve, reject) = deferred();
+    tx.set_oncomplete(Some(&resolve));
+    tx.set_onerror(Some(&reject));
+    tx.set_onabort(Some(&reject));
     let outcome = JsFuture::from(settled).await;
     tx.set_oncomplete(None);
     tx.set_onerror(None);
@@ -78,7 +77,7 @@ impl Storage {
             .unchecked_into();
         let open = factory.open_with_u32(DB_NAME, DB_VERSION).ok()?;
         let req = open.clone();
-        let upgrade = Closure::<dyn FnMut(JsValue)>::new(move |_| {
+        let upgrade = listener(Box::new(move |_: web_sys::Event| {
             // Version 1 is the first: the store cannot exist yet (if it did, this throws and
             // changes nothing).
             if let Ok(db) = req.result() {
@@ -86,7 +85,7 @@ impl Storage {
                     .unchecked_into::<IdbDatabase>()
                     .create_object_store(STORE);
             }
-        });
+        }));
         open.set_onupgradeneeded(Some(upgrade.as_ref().unchecked_ref()));
         let db = done(&open).await;
         open.set_onupgradeneeded(None);

@@ -2,6 +2,7 @@
 //! snapshot go straight to a handler (synchronously, in arrival order); listeners are removed and
 //! the source closed on drop, so a replaced stream can never deliver into the view again.
 
+use crate::browser::{listener, Listen, On};
 use std::rc::Rc;
 
 use turnstream_protocol::{
@@ -84,7 +85,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(crate) fn open(url: &str, on: Rc<dyn Fn(Frame)>) -> Result<Stream, JsValue> {
+    pub(crate) fn open(url: &str, on: Rc<dyn On<Frame>>) -> Result<Stream, JsValue> {
         let source = EventSource::new(url)?;
         let mut stream = Stream {
             source,
@@ -92,10 +93,10 @@ impl Stream {
         };
 
         let h = on.clone();
-        stream.listen("open", move |_| h(Frame::Open));
+        stream.listen("open", move |_| h.on(Frame::Open));
 
         let h = on.clone();
-        stream.listen(SNAPSHOT_EVENT, move |e| h(Frame::Snapshot(data(&e))));
+        stream.listen(SNAPSHOT_EVENT, move |e| h.on(Frame::Snapshot(data(&e))));
 
         for kind in EVENT_KINDS {
             let h = on.clone();
@@ -104,7 +105,7 @@ impl Stream {
                     .dyn_ref::<MessageEvent>()
                     .map(|m| m.last_event_id())
                     .unwrap_or_default();
-                h(Frame::Event(data(&e), last))
+                h.on(Frame::Event(data(&e), last))
             });
         }
 
@@ -114,7 +115,7 @@ impl Stream {
             // Close here, inside the handler: otherwise the browser reconnects with the same
             // dead Last-Event-ID and is told the same thing forever.
             src.close();
-            h(Frame::Resync(data(&e)))
+            h.on(Frame::Resync(data(&e)))
         });
 
         let h = on.clone();
@@ -122,13 +123,13 @@ impl Stream {
         stream.listen(TOKEN_EXPIRED_EVENT, move |_| {
             // The same: reconnecting with the expired token in the URL would only be refused.
             src.close();
-            h(Frame::TokenExpired)
+            h.on(Frame::TokenExpired)
         });
 
         let h = on;
         let src = stream.source.clone();
         stream.listen("error", move |_| {
-            h(if src.ready_state() == EventSource::CLOSED {
+            h.on(if src.ready_state() == EventSource::CLOSED {
                 Frame::Failed
             } else {
                 Frame::Retrying
@@ -142,8 +143,8 @@ impl Stream {
     }
 
     /// Boxed: one copy of this code for every listener (package size).
-    fn listen_boxed(&mut self, kind: &'static str, f: Box<dyn FnMut(web_sys::Event)>) {
-        let closure = Listener::wrap(f);
+    fn listen_boxed(&mut self, kind: &'static str, f: Box<dyn Listen>) {
+        let closure = listener(f);
         if self
             .source
             .add_event_listener_with_callback(kind, closure.as_ref().unchecked_ref())

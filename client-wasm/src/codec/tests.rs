@@ -386,6 +386,7 @@ fn written_bodies_are_what_serde_writes() {
     ];
     for t in &tabs {
         same(t, tab_message, Some(tab_message_json));
+        fails_as_serde_fails(t, tab_message);
     }
 }
 
@@ -561,4 +562,118 @@ fn the_sdks_own_enum_names_are_their_serde_names() {
     }
     assert_eq!(user_status("nope"), None);
     assert_eq!(final_source("nope"), None);
+}
+
+/// `v` with one member (at any depth; of an array, its first element's) replaced by `[[]]`, a
+/// value of no type the codec reads but raw JSON; and `v` with one member removed. Each with
+/// its path, and a JSON serde may read the same instead of the mutation: for a removed array,
+/// an empty one (the codec reads most missing arrays as empty, where serde fails unless the
+/// field has a default); for removed raw JSON (a tool's input, an answer), `null`, as the codec
+/// reads it. Raw JSON is not walked into.
+fn mutations(v: &Json) -> Vec<(String, Json, Json)> {
+    let mut out = Vec::new();
+    match v {
+        Json::Object(members) => {
+            for (key, child) in members {
+                let mut bad = v.clone();
+                bad[key.as_str()] = json!([[]]);
+                out.push((format!("{key}: [[]]"), bad.clone(), bad));
+                let mut gone = v.clone();
+                gone.as_object_mut().map(|o| o.remove(key));
+                let mut expected = gone.clone();
+                let raw = key == "input" || key == "answer";
+                if child.is_array() {
+                    expected[key.as_str()] = json!([]);
+                } else if raw {
+                    expected[key.as_str()] = Json::Null;
+                }
+                out.push((format!("{key} removed"), gone, expected));
+                if raw {
+                    continue;
+                }
+                for (path, m, e) in mutations(child) {
+                    let mut inner = v.clone();
+                    inner[key.as_str()] = m;
+                    let mut expected = v.clone();
+                    expected[key.as_str()] = e;
+                    out.push((format!("{key}.{path}"), inner, expected));
+                }
+            }
+        }
+        Json::Array(items) if !items.is_empty() => {
+            for (path, m, e) in mutations(&items[0]) {
+                let mut inner = v.clone();
+                inner[0] = m;
+                let mut expected = v.clone();
+                expected[0] = e;
+                out.push((format!("[0].{path}"), inner, expected));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Every mutation of `x`'s JSON reads as serde reads it: nothing where serde fails, the same
+/// value where it succeeds (a field of the wrong type, at any depth, fails the whole read; a
+/// missing optional one reads as absent).
+fn fails_as_serde_fails<T>(x: &T, read: fn(&Json) -> Option<T>)
+where
+    T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let v = serde_json::to_value(x).expect("serde writes it");
+    for (path, m, alt) in mutations(&v) {
+        let got = read(&m);
+        let serde = serde_json::from_value::<T>(m).ok();
+        if got != serde {
+            let alt = serde_json::from_value::<T>(alt).ok();
+            assert_eq!(got, alt, "{path} in {v}");
+        }
+    }
+}
+
+#[test]
+fn every_field_of_a_wrong_shape_fails_as_serde_fails() {
+    let mut asked_msg = msg(4, "with versions");
+    asked_msg.siblings = Some(Siblings {
+        index: 1,
+        count: 2,
+        ids: vec!["m3".into(), "m4".into()],
+    });
+    asked_msg.requests = asked();
+    fails_as_serde_fails(&asked_msg, message);
+    let mut full = info(true);
+    full.requests = asked();
+    fails_as_serde_fails(&full, turn_info);
+    for r in asked() {
+        fails_as_serde_fails(&r, turn_request);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// The same for what simulated sessions produce: events, snapshots, history pages, POST
+    /// answers, and the cache of a client fed them.
+    #[test]
+    fn simulated_sessions_fail_as_serde_fails(
+        turns in prop::collection::vec(turn(), 1..4),
+        dice in prop::collection::vec(any::<u8>(), 0..32),
+    ) {
+        let s = sim::build(&turns, &[], &[]);
+        let head = s.journal.last().map_or(0, sim::seq_of);
+        for e in &s.journal {
+            fails_as_serde_fails(e, event);
+        }
+        fails_as_serde_fails(&s.snapshot_at(head / 2), snapshot);
+        fails_as_serde_fails(&s.history_at(head), history);
+        for m in &s.sent {
+            fails_as_serde_fails(&m.response, post_response);
+        }
+        let mut c = Conversation::new(sim::SESSION);
+        for f in feeds_of(&s, &dice) {
+            f.apply(&s, &mut c);
+        }
+        fails_as_serde_fails(&c.to_cache(), cache_record);
+    }
 }

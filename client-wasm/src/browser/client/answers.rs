@@ -2,9 +2,10 @@
 //! it, tells the sibling tabs, and leaves the posting to the outbox; the server's verdict
 //! settles the promise `respond` returned.
 
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
-use crate::browser::spawn_local;
+use crate::browser::{deferred, spawn_local};
 use js_sys::{Function, Object, Promise};
 use turnstream_protocol::{ErrorDetail, RawJson};
 use wasm_bindgen::prelude::*;
@@ -44,13 +45,12 @@ impl Client {
         // Answered already (the journal says so, or a tab of this browser answered first): the
         // same answer waits for that one's verdict; another is refused at once.
         let given = self.conv.borrow().given_answer(&turn_id, &request_id);
-        let promise = Promise::new(&mut |resolve, reject| {
-            self.waiters.borrow_mut().push(Waiter {
-                turn_id: turn_id.clone(),
-                request_id: request_id.clone(),
-                resolve,
-                reject,
-            });
+        let (promise, resolve, reject) = deferred();
+        self.waiters.borrow_mut().push(Waiter {
+            turn_id: turn_id.clone(),
+            request_id: request_id.clone(),
+            resolve,
+            reject,
         });
         if let Some((first, _)) = given {
             if first.as_str() == answer.as_str() {
@@ -67,7 +67,9 @@ impl Client {
             }
             return promise;
         }
-        self.update(&mut |c| c.answer_local(&turn_id, &request_id, &answer, false));
+        self.update(&mut |c: &mut Conversation| {
+            c.answer_local(&turn_id, &request_id, &answer, false)
+        });
         self.broadcast(&TabMessage::Answer {
             session_id: self.endpoint.session_id.clone(),
             turn_id,

@@ -7,6 +7,7 @@
 //! never makes a second version. A move of the active leaf to a branch not read makes the tab
 //! read the active branch's history.
 
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
 use crate::browser::spawn_local;
@@ -53,7 +54,7 @@ impl Client {
         spawn_local(async move {
             match me.endpoint.history(me.history_limit, None).await {
                 Ok((history, _)) => {
-                    me.update(&mut |c| c.apply_history(&history));
+                    me.update(&mut |c: &mut Conversation| c.apply_history(&history));
                 }
                 Err(e) => {
                     warn("could not read the branch", &e.message());

@@ -1,6 +1,7 @@
 //! The connection loop: history, then the session's stream from its cursor through the tab's hub
 //! (history reloaded on a resync), network events and turn-status checks.
 
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
 use crate::browser::spawn_local;
@@ -45,7 +46,7 @@ impl Client {
             let cursor = match self.endpoint.history(self.history_limit, None).await {
                 Ok((history, cursor)) => {
                     attempt = 0;
-                    self.update(&mut |c| c.apply_history(&history));
+                    self.update(&mut |c: &mut Conversation| c.apply_history(&history));
                     self.check_turns();
                     cursor
                 }
@@ -55,12 +56,8 @@ impl Client {
                     }
                     match &e {
                         // Refused even with a fresh token: say so, keep the view, keep trying.
-                        HttpError::Status {
-                            status: 401 | 403,
-                            error,
-                            ..
-                        } => {
-                            self.update(&mut |c| c.set_unauthorized(error));
+                        HttpError::Status(r) if matches!(r.status, 401 | 403) => {
+                            self.update(&mut |c: &mut Conversation| c.set_unauthorized(&r.error));
                         }
                         _ => self.set_connection(self.unreachable()),
                     }
@@ -78,7 +75,9 @@ impl Client {
                     } else {
                         barren_resyncs.saturating_add(1)
                     };
-                    self.update(&mut |c| c.mark_gap() | c.set_connection(Connection::Resyncing));
+                    self.update(&mut |c: &mut Conversation| {
+                        c.mark_gap() | c.set_connection(Connection::Resyncing)
+                    });
                 }
                 Exit::Closed => return,
             }
@@ -123,12 +122,12 @@ impl Client {
             }
             Signal::Snapshot(s) => {
                 self.delivered.set(true);
-                self.update(&mut |c| c.apply_snapshot_placed(&s.0, &s.1));
+                self.update(&mut |c: &mut Conversation| c.apply_snapshot_placed(&s.0, &s.1));
                 self.check_turns();
             }
             Signal::Event(e, _) => {
                 self.delivered.set(true);
-                self.update(&mut |c| c.apply_event(&e));
+                self.update(&mut |c: &mut Conversation| c.apply_event(&e));
                 self.reread_branch();
             }
             Signal::Resync(r) => {
@@ -200,7 +199,9 @@ impl Client {
             spawn_local(async move {
                 match me.endpoint.turn(&turn_id).await {
                     Ok(info) => {
-                        me.update(&mut |c| c.apply_turn_info(&turn_id, info.as_ref()));
+                        me.update(&mut |c: &mut Conversation| {
+                            c.apply_turn_info(&turn_id, info.as_ref())
+                        });
                         me.broadcast(&TabMessage::Recovered {
                             session_id: me.endpoint.session_id.clone(),
                             turn_id,

@@ -7,6 +7,7 @@
 //! - `siblings`: what this session's other tabs are told;
 //! - `render`: the state object handed to JS, and its subscribers.
 
+use crate::browser::On;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -134,17 +135,17 @@ impl Client {
                             .filter(|u| u.status == crate::reducer::entry::UserStatus::Sending)
                             .map(|u| u.key.clone()),
                     );
-                    client.update(&mut |c| c.apply_cache(&rec));
+                    client.update(&mut |c: &mut Conversation| c.apply_cache(&rec));
                 }
             }
             Err(e) => warn("could not read the cache", &e),
         }
         if !env::online() {
-            client.update(&mut |c| c.set_connection(Connection::Offline));
+            client.update(&mut |c: &mut Conversation| c.set_connection(Connection::Offline));
         }
         client.open_channel();
         let weak = Rc::downgrade(&client);
-        let on: Rc<dyn Fn(Signal)> = Rc::new(move |s| {
+        let on: Rc<dyn On<Signal>> = Rc::new(move |s: Signal| {
             if let Some(me) = weak.upgrade() {
                 me.on_stream(s);
             }
@@ -164,8 +165,8 @@ impl Client {
     }
     // ----- the view -----
 
-    pub(super) fn update(self: &Rc<Self>, f: &mut dyn FnMut(&mut Conversation) -> bool) -> bool {
-        let changed = f(&mut self.conv.borrow_mut());
+    pub(super) fn update(self: &Rc<Self>, f: &mut dyn Change) -> bool {
+        let changed = f.apply(&mut self.conv.borrow_mut());
         if changed {
             self.changed();
         }
@@ -174,7 +175,7 @@ impl Client {
 
     pub(super) fn set_connection(self: &Rc<Self>, c: Connection) {
         if !self.closed.get() {
-            self.update(&mut |conv| conv.set_connection(c));
+            self.update(&mut |conv: &mut Conversation| conv.set_connection(c));
         }
     }
 
@@ -219,7 +220,7 @@ impl Client {
         if self.closed.get() {
             return;
         }
-        self.update(&mut |c| c.set_connection(Connection::Closed));
+        self.update(&mut |c: &mut Conversation| c.set_connection(Connection::Closed));
         self.closed.set(true);
         self.membership.borrow_mut().take();
         self.channel.borrow_mut().take();
@@ -246,4 +247,17 @@ pub(super) fn warn(what: &str, detail: &str) {
 
 pub(super) fn opt_str(v: &Option<String>) -> JsValue {
     v.as_deref().map_or(JsValue::NULL, JsValue::from_str)
+}
+
+/// A change to the conversation, for [`Client::update`]: a closure, whose parameter the call
+/// names (`|c: &mut Conversation| ...`). A trait of its own rather than `dyn FnMut`, whose
+/// vtable also holds `FnOnce::call_once`: a second copy of each closure's body, never called.
+pub(super) trait Change {
+    fn apply(&mut self, c: &mut Conversation) -> bool;
+}
+
+impl<F: FnMut(&mut Conversation) -> bool> Change for F {
+    fn apply(&mut self, c: &mut Conversation) -> bool {
+        self(c)
+    }
 }

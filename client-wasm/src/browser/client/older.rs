@@ -1,6 +1,7 @@
 //! Paging back: `loadOlder` reads the page of history before the oldest message read so far and
 //! merges it (a message already shown is merged, never repeated).
 
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
 use super::Client;
@@ -17,7 +18,7 @@ impl Client {
             .await
             .map_err(|e| e.message())?;
         let mut added = 0;
-        self.update(&mut |c| {
+        self.update(&mut |c: &mut Conversation| {
             let revision = c.revision();
             added = c.apply_older(&page);
             c.revision() != revision

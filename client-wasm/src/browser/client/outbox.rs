@@ -1,6 +1,7 @@
 //! The outbox: messages shown at once, stored before `send` resolves, posted one at a time (one
 //! tab at a time, under a Web Lock), retried with backoff, settled by the server's answer.
 
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
 use wasm_bindgen::JsValue;
@@ -10,7 +11,7 @@ use turnstream_protocol::{Attachment, ErrorDetail, OnBusy, PostMessageResponse};
 
 use super::{warn, Client};
 use crate::browser::env;
-use crate::browser::http::{body_json, enc, HttpError};
+use crate::browser::http::{body_json, enc, HttpError, Refusal};
 use crate::browser::json;
 use crate::codec::{self, Value};
 use crate::reducer::{BranchAction, Outgoing, OutgoingAnswer};
@@ -44,7 +45,7 @@ impl Client {
         let client_message_id = env::new_client_message_id();
         let created_at = env::now_ms();
         let mut parent = None;
-        let shown = self.update(&mut |c| match edit {
+        let shown = self.update(&mut |c: &mut Conversation| match edit {
             None => c.send_local(
                 &client_message_id,
                 &content,
@@ -203,17 +204,20 @@ impl Client {
                 }
                 None
             }
-            Err(HttpError::Status {
-                status,
-                error,
-                retry_after,
-                body,
-            }) => match classify_post(status) {
-                PostOutcome::Accepted | PostOutcome::Retry => {
-                    return Some(retry_after.map(|s| s.saturating_mul(1000)));
+            Err(HttpError::Status(r)) => {
+                let Refusal {
+                    status,
+                    error,
+                    retry_after,
+                    body,
+                } = *r;
+                match classify_post(status) {
+                    PostOutcome::Accepted | PostOutcome::Retry => {
+                        return Some(retry_after.map(|s| s.saturating_mul(1000)));
+                    }
+                    outcome => Some((outcome, error, body)),
                 }
-                outcome => Some((outcome, error, body)),
-            },
+            }
             Err(HttpError::Network(_)) | Err(HttpError::Decode) => return Some(None),
         };
         match job {
@@ -221,10 +225,14 @@ impl Client {
                 if let Some((_, error, body)) = refusal {
                     if error.code == "input_already_given" {
                         if let Some(given) = json::read(&body, codec::input_given) {
-                            self.update(&mut |c| c.apply_given(&a.turn_id, &given));
+                            self.update(&mut |c: &mut Conversation| {
+                                c.apply_given(&a.turn_id, &given)
+                            });
                         }
                     }
-                    self.update(&mut |c| c.drop_answer(&a.turn_id, &a.request_id));
+                    self.update(&mut |c: &mut Conversation| {
+                        c.drop_answer(&a.turn_id, &a.request_id)
+                    });
                     self.settle(&a.turn_id, &a.request_id, Some(&error));
                 }
             }
@@ -255,7 +263,7 @@ impl Client {
                 if v.get("state").and_then(|s| s.string()).is_none() {
                     return false;
                 }
-                self.update(&mut |c| c.answer_posted(&a.turn_id, &a.request_id));
+                self.update(&mut |c: &mut Conversation| c.answer_posted(&a.turn_id, &a.request_id));
                 self.settle(&a.turn_id, &a.request_id, None);
                 self.broadcast(&TabMessage::Answer {
                     session_id: self.endpoint.session_id.clone(),
@@ -267,7 +275,7 @@ impl Client {
             }
             Job::Branch(b) if b.regenerate => match codec::regenerate_response(v) {
                 Some(r) => {
-                    self.update(&mut |c| c.apply_regenerate(&r));
+                    self.update(&mut |c: &mut Conversation| c.apply_regenerate(&r));
                 }
                 None => return false,
             },
@@ -284,7 +292,7 @@ impl Client {
     }
 
     pub(super) fn accepted(self: &Rc<Self>, resp: &PostMessageResponse) {
-        self.update(&mut |c| c.apply_post_response(resp));
+        self.update(&mut |c: &mut Conversation| c.apply_post_response(resp));
         self.broadcast(&TabMessage::Posted {
             session_id: self.endpoint.session_id.clone(),
             response: resp.clone(),
@@ -292,7 +300,7 @@ impl Client {
     }
 
     pub(super) fn rejected(self: &Rc<Self>, client_message_id: &str, error: ErrorDetail) {
-        self.update(&mut |c| c.reject(client_message_id, &error));
+        self.update(&mut |c: &mut Conversation| c.reject(client_message_id, &error));
         self.broadcast(&TabMessage::Rejected {
             session_id: self.endpoint.session_id.clone(),
             client_message_id: client_message_id.to_owned(),
@@ -304,7 +312,7 @@ impl Client {
     /// posted by a sibling), that settles it; otherwise the id is taken and ours cannot be sent.
     pub(super) async fn conflict(self: &Rc<Self>, client_message_id: &str, error: ErrorDetail) {
         if let Ok((history, _)) = self.endpoint.history(self.history_limit, None).await {
-            self.update(&mut |c| c.apply_history(&history));
+            self.update(&mut |c: &mut Conversation| c.apply_history(&history));
         }
         if self.conv.borrow().is_sending(client_message_id) {
             self.rejected(client_message_id, error);

@@ -1,6 +1,8 @@
 //! The sibling-tab channel: facts the server does not stream (optimistic sends, POST answers,
 //! refusals, turn-status results) told to the other tabs of this session.
 
+use crate::browser::On;
+use crate::reducer::Conversation;
 use std::rc::Rc;
 
 use super::Client;
@@ -12,12 +14,12 @@ impl Client {
 
     pub(super) fn open_channel(self: &Rc<Self>) {
         let weak = Rc::downgrade(self);
-        let on: Rc<dyn Fn(TabMessage)> = Rc::new(move |msg| {
+        let on: Rc<dyn On<TabMessage>> = Rc::new(move |msg: TabMessage| {
             if let Some(me) = weak.upgrade() {
                 if me.closed.get() {
                     return;
                 }
-                me.update(&mut |c| msg.apply(c));
+                me.update(&mut |c: &mut Conversation| msg.apply(c));
                 if matches!(
                     msg,
                     TabMessage::Optimistic { .. } | TabMessage::Answer { .. }
