@@ -393,9 +393,8 @@ async fn pg_append(
         }
     }
     rows.push(r);
-    if pooler.is_none() {
-        rows.push(pg_append_nodes(sizes, admin, 3, one_node).await);
-    }
+    // Run after every one-node row, so their database has none of its writes behind it.
+    let nodes_row = rows.len();
 
     eprintln!(
         "{db} over HTTP: {} sessions × {} messages",
@@ -495,6 +494,10 @@ async fn pg_append(
         Err(e) => r.ours = failed(e),
     }
     rows.push(r);
+    if pooler.is_none() {
+        let row = pg_append_nodes(sizes, admin, 3, one_node).await;
+        rows.insert(nodes_row, row);
+    }
 }
 
 /// Figure 1's append on `nodes` servers sharing one PostgreSQL database, next to one node's
