@@ -461,8 +461,14 @@ impl PgClient {
 
     fn commit_with(&self, sql: &str) -> Result<()> {
         if self.spoiled() {
-            // PostgreSQL would answer the COMMIT of an aborted transaction by rolling it back.
-            return Err(self.aborted());
+            // PostgreSQL would answer the COMMIT of an aborted transaction by rolling it back,
+            // as if it had committed: the failure is the answer, and the transaction is rolled
+            // back here (a read's connection goes back to the pool with none open).
+            let e = self.aborted();
+            if let Err(rollback) = self.rollback() {
+                tracing::debug!(error = %rollback, "journal: rollback after a failed statement failed");
+            }
+            return Err(e);
         }
         // The last job's release: the COMMIT ends its savepoint anyway.
         {

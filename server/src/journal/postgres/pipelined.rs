@@ -233,6 +233,28 @@ fn savepoints_go_with_the_statements_and_a_failed_job_rolls_back_alone() -> Test
 }
 
 #[test]
+fn a_read_whose_statement_failed_leaves_no_transaction_on_its_connection() -> TestResult {
+    let Some(db) = Db::open()? else {
+        return Ok(());
+    };
+    let failed = db.engine.read(&mut |conn| {
+        conn.query("SELECT 1 / 0", &[])?;
+        Ok(())
+    });
+    assert!(failed.is_err(), "{failed:?}");
+    // Every pooled connection, that one among them, takes a read again.
+    for _ in 0..2 * super::POOL_SIZE {
+        let mut head = None;
+        db.engine.read(&mut |conn| {
+            head = conn.query_int("SELECT head FROM counter", &[])?;
+            Ok(())
+        })?;
+        assert_eq!(head, Some(0));
+    }
+    Ok(())
+}
+
+#[test]
 fn a_failure_sent_ahead_of_a_job_s_savepoint_loses_the_batch() -> TestResult {
     let Some(db) = Db::open()? else {
         return Ok(());
