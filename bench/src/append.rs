@@ -246,6 +246,140 @@ pub async fn in_process(
     })
 }
 
+/// What a run on several nodes measured.
+pub struct OnNodes {
+    pub events: u64,
+    pub secs: f64,
+    /// The mean group commit over every node's writer.
+    pub mean_batch: f64,
+    /// Commits each node's writer made.
+    pub commits: Vec<u64>,
+}
+
+impl OnNodes {
+    pub fn rate(&self) -> f64 {
+        self.events as f64 / self.secs
+    }
+}
+
+/// One node of [`in_process_nodes`]: its metrics, journal and turn runner.
+type Node = (Arc<Metrics>, Journal, Arc<Turns>);
+
+/// [`in_process`] at full speed on `nodes` servers sharing the PostgreSQL database at
+/// `database_url`: each a journal (its own pool, writer thread and tail) and a turn runner of
+/// its own, all in this process; session `i`'s message is accepted and its turn kicked on node
+/// `i % nodes`. Every writer takes the same counter row's lock for each commit, so their
+/// transactions take turns. Events are counted by each node's own writer.
+pub async fn in_process_nodes(
+    database_url: &str,
+    nodes: usize,
+    sessions: u64,
+    per_session: u64,
+) -> Result<OnNodes> {
+    let nodes = nodes.max(1);
+    let total = (sessions * per_session) as usize;
+    let stamps: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
+    let mut servers: Vec<Node> = Vec::with_capacity(nodes);
+    for _ in 0..nodes {
+        let metrics = Arc::new(Metrics::default());
+        let hub = Hub::with_metrics(metrics.clone());
+        let journal = Journal::open_database(
+            &Database::Postgres(database_url.to_string()),
+            metrics.clone(),
+            JournalOptions::default(),
+            LiveFeed::new(hub),
+        )
+        .await
+        .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
+        let agent = Arc::new(BenchAgent {
+            stamps: stamps.clone(),
+        });
+        let turns = Turns::new(
+            journal.clone(),
+            Mode::new(Some(agent), journal.is_shared(), Duration::from_secs(30)),
+            TurnsConfig {
+                coalesce: Duration::ZERO,
+                max_concurrent_turns: sessions as usize,
+                max_turns_per_client: sessions as usize,
+            },
+        );
+        turns
+            .start()
+            .await
+            .map_err(|e| anyhow!("turns start: {e}"))?;
+        servers.push((metrics, journal, turns));
+    }
+    let scrape = |servers: &[Node]| -> Vec<Scrape> {
+        servers
+            .iter()
+            .map(|(m, _, _)| Scrape::parse(&m.render()))
+            .collect()
+    };
+    let before = scrape(&servers);
+    let t0 = Instant::now();
+    let accepts = (0..sessions).map(|i| {
+        let journal = servers[i as usize % nodes].1.clone();
+        let msg = format!("{per_session} {} 0", i * per_session);
+        async move {
+            journal
+                .accept_message(
+                    &format!("p{i}"),
+                    turnstream_server::journal::NewMessage {
+                        content: msg,
+                        ..Default::default()
+                    },
+                    turnstream_server::journal::Admission::enqueue(64),
+                )
+                .await
+        }
+    });
+    for r in futures::future::join_all(accepts).await {
+        r.map_err(|e| anyhow!("accept_message: {e}"))?;
+    }
+    for i in 0..sessions {
+        servers[i as usize % nodes].2.kick(&format!("p{i}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let ended = |servers: &[Node]| -> u64 {
+        servers
+            .iter()
+            .map(|(m, _, _)| m.turns_ended.load(Ordering::Relaxed))
+            .sum()
+    };
+    while ended(&servers) < sessions {
+        if Instant::now() > deadline {
+            return Err(anyhow!("turns did not finish within 10 minutes"));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let after = scrape(&servers);
+    let mut events = 0.0;
+    let mut commits = Vec::with_capacity(nodes);
+    let mut writes = 0.0;
+    for (b, a) in before.iter().zip(&after) {
+        events +=
+            a.get("turnstream_events_appended_total") - b.get("turnstream_events_appended_total");
+        let n = a.get("turnstream_commit_batch_size_count")
+            - b.get("turnstream_commit_batch_size_count");
+        writes +=
+            a.get("turnstream_commit_batch_size_sum") - b.get("turnstream_commit_batch_size_sum");
+        commits.push(n.max(0.0) as u64);
+    }
+    for (_, journal, turns) in servers {
+        turns.shutdown(Duration::from_secs(5)).await;
+        // Joins the writer thread, which on PostgreSQL waits on this runtime: off its workers.
+        tokio::task::spawn_blocking(move || journal.close()).await?;
+    }
+    let total_commits: u64 = commits.iter().sum();
+    Ok(OnNodes {
+        events: events as u64,
+        secs,
+        mean_batch: writes / total_commits.max(1) as f64,
+        commits,
+    })
+}
+
 /// Re-inserts the rows of `from`'s journal into a fresh database with the same schema, `batch`
 /// rows per transaction. With `savepoints`, each row gets its own `SAVEPOINT`/`RELEASE`, as each
 /// job in the journal writer's group commit does (to isolate that cost). Returns (rows, seconds,

@@ -329,9 +329,11 @@ async fn pg_append(
         .await?;
         anyhow::Ok((url, tp))
     };
+    let mut one_node = None;
     match run.await {
         Err(e) => r.ours = failed(e),
         Ok((url, tp)) => {
+            one_node = Some(tp.rate());
             let batch = tp.mean_batch.round().max(1.0) as usize;
             r.ours = format!(
                 "{}/s ({} events in {:.2} s, mean group commit {:.0} writes; writer thread {:.1} µs CPU/event, busy {:.0}%)",
@@ -391,6 +393,8 @@ async fn pg_append(
         }
     }
     rows.push(r);
+    // Run after every one-node row, so their database has none of its writes behind it.
+    let nodes_row = rows.len();
 
     eprintln!(
         "{db} over HTTP: {} sessions × {} messages",
@@ -490,6 +494,61 @@ async fn pg_append(
         Err(e) => r.ours = failed(e),
     }
     rows.push(r);
+    if pooler.is_none() {
+        let row = pg_append_nodes(sizes, admin, 3, one_node).await;
+        rows.insert(nodes_row, row);
+    }
+}
+
+/// Figure 1's append on `nodes` servers sharing one PostgreSQL database, next to one node's
+/// rate in the same run (`one_node`).
+async fn pg_append_nodes(sizes: &Sizes, admin: &str, nodes: usize, one_node: Option<f64>) -> Row {
+    let mut r = Row::new(
+        format!(
+            "1. PostgreSQL, {nodes} nodes: durable append, events/s (200 B payloads; {nodes} servers' runners + journal writers in process, one database, {} concurrent turns × {} events, each turn on one node)",
+            sizes.pg_append_sessions, sizes.pg_append_events
+        ),
+        "≥ one node",
+    );
+    eprintln!(
+        "PostgreSQL journal path on {nodes} nodes: {} producers × {} events",
+        sizes.pg_append_sessions, sizes.pg_append_events
+    );
+    let run = async {
+        let url = pg::fresh_database(admin, "nodes").await?;
+        append::in_process_nodes(
+            &url,
+            nodes,
+            sizes.pg_append_sessions,
+            sizes.pg_append_events,
+        )
+        .await
+    };
+    match run.await {
+        Err(e) => r.ours = failed(e),
+        Ok(t) => {
+            r.ours = format!(
+                "{}/s ({} events in {:.2} s, mean group commit {:.0} writes; commits per node {})",
+                thousands(t.rate()),
+                thousands(t.events as f64),
+                t.secs,
+                t.mean_batch,
+                t.commits
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            if let Some(one) = one_node {
+                r.comparisons.push(format!(
+                    "PostgreSQL one node, same run: {}/s",
+                    thousands(one)
+                ));
+                r.ratio = format!("{:.2}× one node", t.rate() / one);
+            }
+        }
+    }
+    r
 }
 
 fn p99(s: &mut Samples) -> f64 {

@@ -72,6 +72,16 @@ impl Postgres {
     }
 }
 
+#[cfg(test)]
+impl Postgres {
+    /// Round trips this server's connections made (see [`PgClient`]'s `then`).
+    pub(super) fn round_trips(&self) -> u64 {
+        self.statements
+            .round_trips
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// The head as stored, read at start.
 async fn stored_head(pool: &Pool) -> Result<i64> {
     let client = pool.get().await.map_err(pool_error)?;
@@ -123,7 +133,7 @@ impl Engine for Postgres {
     /// Inside one read-only transaction that sees one snapshot (see [`BEGIN_READ`]).
     fn read(&self, f: &mut dyn FnMut(&dyn Sql) -> Result<()>) -> Result<()> {
         let client = PgClient::get(&self.pool, &self.statements, &self.rt)?;
-        client.begin(BEGIN_READ)?;
+        client.begin(BEGIN_READ);
         let result = f(&client);
         let end = client.commit();
         result?;

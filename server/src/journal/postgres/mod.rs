@@ -35,7 +35,7 @@ use tokio::runtime::Handle;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 
 use super::sql::{Backend, EventRow, Param, Row, Sql, Val};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StorageFault};
 
 /// Connections a server keeps to the database (reads, the writer, the tail).
 const POOL_SIZE: usize = 16;
@@ -84,6 +84,9 @@ pub(super) fn pool(target: &Target) -> Result<Pool> {
 /// then on statements are sent unnamed.
 pub(super) struct Statements {
     unnamed: std::sync::atomic::AtomicBool,
+    /// Round trips the connections made (see [`PgClient::then`]).
+    #[cfg(test)]
+    round_trips: std::sync::atomic::AtomicU64,
 }
 
 impl Statements {
@@ -100,6 +103,8 @@ impl Statements {
         }
         Ok(std::sync::Arc::new(Statements {
             unnamed: std::sync::atomic::AtomicBool::new(!kept),
+            #[cfg(test)]
+            round_trips: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -128,6 +133,12 @@ impl Statements {
 }
 
 /// A pooled connection, waited on from a blocking thread.
+///
+/// What needs no answer before the job goes on is held back and sent ahead of the next
+/// statement, in the same round trip ([`PgClient::then`]): the journal's events, and the
+/// writer's savepoints (a job's `SAVEPOINT` goes with its first statement, its `RELEASE` with
+/// the next job's). A job that sends no statement of its own needs no savepoint on the server
+/// at all: what it held back is kept, or dropped, right here.
 pub(super) struct PgClient {
     client: Object,
     statements: std::sync::Arc<Statements>,
@@ -135,16 +146,45 @@ pub(super) struct PgClient {
     /// A statement failed since the transaction began or last rolled back (to a savepoint):
     /// PostgreSQL refuses everything else in it until then.
     failed: std::cell::Cell<bool>,
-    /// Events inserted and not yet sent: they go in one statement before the next one.
-    pending: std::cell::RefCell<Pending>,
+    /// A statement failed that no rollback to the job's savepoint undoes (one sent ahead of
+    /// the savepoint, for an earlier job, or the savepoint itself): only a rollback of the
+    /// whole transaction ends it. Its fault and message, for the batch it loses.
+    broken: std::cell::RefCell<Option<(StorageFault, String)>>,
+    /// What is held back to go ahead of the next statement, in order.
+    ahead: std::cell::RefCell<Vec<Ahead>>,
+    /// Where the savepoint of the job running now stands.
+    savepoint: std::cell::Cell<Savepoint>,
 }
 
-/// What a transaction-control statement does with the events held back.
+/// What a transaction-control statement does with what is held back.
 enum Held {
-    /// Sends them first: they are part of what the statement keeps or undoes.
+    /// Sends it first: it is part of what the statement keeps or undoes.
     Send,
-    /// Drops them: the statement ends the transaction they were in.
+    /// Drops it: the statement ends the transaction (or the savepoint) it was in.
     Drop,
+}
+
+/// Held back for the next round trip (see [`PgClient`]).
+enum Ahead {
+    /// How the transaction begins ([`BEGIN`] or [`BEGIN_READ`]).
+    Begin(&'static str),
+    /// Journal events, sent as one statement.
+    Events(Pending),
+    /// `SAVEPOINT job`: the savepoint of the job running now.
+    Savepoint,
+    /// `RELEASE job`: the end of the savepoint of a job that kept its changes.
+    Release,
+}
+
+/// Where the savepoint of the job running now stands.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Savepoint {
+    /// None is open.
+    None,
+    /// Opened, and held back with everything the job did: nothing of it reached the server.
+    Held,
+    /// Opened on the server.
+    Open,
 }
 
 /// Journal events held back, column by column (they are sent as arrays).
@@ -157,6 +197,13 @@ struct Pending {
     ts: Vec<i64>,
     data: Vec<String>,
 }
+
+/// How held-back events are inserted: one statement, however many.
+const INSERT_EVENTS: &str = "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
+     SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
+                          $5::bigint[], $6::text[])";
+
+type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
 
 impl PgClient {
     /// Takes a connection from `pool` (waiting from a blocking thread).
@@ -171,26 +218,148 @@ impl PgClient {
             statements: statements.clone(),
             rt: rt.clone(),
             failed: std::cell::Cell::new(false),
-            pending: std::cell::RefCell::new(Pending::default()),
+            broken: std::cell::RefCell::new(None),
+            ahead: std::cell::RefCell::new(Vec::new()),
+            savepoint: std::cell::Cell::new(Savepoint::None),
         })
     }
 
-    /// Runs `next` (the future of one statement, not yet polled) after sending the events held
-    /// back, in the same round trip: both requests are written before either answer is awaited,
-    /// the insert first (the connection keeps their order). Should the insert fail, the
-    /// transaction is aborted and `next` fails or rolls back with it; the insert's error is the
-    /// answer.
-    fn then<T>(
-        &self,
-        next: impl std::future::Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-    ) -> Result<T> {
-        let p = std::mem::take(&mut *self.pending.borrow_mut());
-        if p.ids.is_empty() {
-            return self.track(self.rt.block_on(next));
+    /// Runs `next` (the future of one statement, not yet polled) after sending what is held
+    /// back, in the same round trip: every request is written before any answer is awaited,
+    /// in order (the connection keeps it). Should one held back fail, the transaction is
+    /// aborted and what follows fails with it; the first error is the answer.
+    fn then<T>(&self, next: impl std::future::Future<Output = PgResult<T>>) -> Result<T> {
+        let ahead = std::mem::take(&mut *self.ahead.borrow_mut());
+        let savepoint_at = ahead.iter().position(|a| matches!(a, Ahead::Savepoint));
+        #[cfg(test)]
+        self.statements
+            .round_trips
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (sent, r) = self.rt.block_on(self.send_ahead(&ahead, next));
+        // Where the first failure was: the index of what was held back, or `ahead.len()` for
+        // `next` itself.
+        let first_failure = sent
+            .iter()
+            .position(Option::is_some)
+            .or_else(|| r.as_ref().is_none_or(|r| r.is_err()).then_some(ahead.len()));
+        let held = self.savepoint.get();
+        match first_failure {
+            None => {
+                if held == Savepoint::Held && savepoint_at.is_some() {
+                    self.savepoint.set(Savepoint::Open);
+                }
+                match r {
+                    Some(r) => r.map_err(Error::from),
+                    // (Never: a statement not sent follows a failure.)
+                    None => Err(Error::Corrupt("a statement was not sent".into())),
+                }
+            }
+            Some(at) => {
+                // The job's own failure, which its savepoint undoes, only once the savepoint
+                // stood: opened before, or sent ahead of what failed.
+                let undoable = match held {
+                    Savepoint::Open => true,
+                    Savepoint::Held => savepoint_at.is_some_and(|s| s < at),
+                    Savepoint::None => false,
+                };
+                self.savepoint.set(if undoable {
+                    Savepoint::Open
+                } else {
+                    Savepoint::None
+                });
+                self.failed.set(true);
+                let e = match sent.into_iter().flatten().next() {
+                    Some(e) => e,
+                    None => match r {
+                        Some(Err(e)) => e,
+                        // (Never: a failure was found above.)
+                        _ => return Err(Error::Corrupt("a statement's failure was lost".into())),
+                    },
+                };
+                self.statements.saw(&e);
+                let e = Error::from(e);
+                if !undoable {
+                    let fault = e.storage_fault().unwrap_or(StorageFault::Unavailable);
+                    self.broken
+                        .borrow_mut()
+                        .get_or_insert_with(|| (fault, e.to_string()));
+                }
+                Err(e)
+            }
         }
-        const INSERT: &str = "INSERT INTO events(id, session_id, turn_id, kind, ts, data)
-             SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::text[],
-                                  $5::bigint[], $6::text[])";
+    }
+
+    /// Sends `ahead`, then `next`, and waits for every answer: each held-back statement's
+    /// error (if it failed), and `next`'s (`None`: nothing was sent, as the statement of the
+    /// events could not be prepared).
+    async fn send_ahead<T>(
+        &self,
+        ahead: &[Ahead],
+        next: impl std::future::Future<Output = PgResult<T>>,
+    ) -> (Vec<Option<tokio_postgres::Error>>, Option<PgResult<T>>) {
+        use futures::future::{FutureExt, LocalBoxFuture};
+        if ahead.is_empty() {
+            return (Vec::new(), Some(next.await));
+        }
+        // Prepared (or found prepared) before anything is sent: nothing may overtake the events.
+        let insert =
+            if self.statements.unnamed() || !ahead.iter().any(|a| matches!(a, Ahead::Events(_))) {
+                None
+            } else {
+                match self.client.prepare_cached(INSERT_EVENTS).await {
+                    Ok(stmt) => Some(stmt),
+                    Err(e) => {
+                        // Nothing is sent: `next` must not run without what goes ahead of it.
+                        let mut sent: Vec<_> = ahead.iter().map(|_| None).collect();
+                        sent[0] = Some(e);
+                        return (sent, None);
+                    }
+                }
+            };
+        let mut requests: Vec<LocalBoxFuture<'_, PgResult<()>>> = ahead
+            .iter()
+            .map(|a| match a {
+                Ahead::Events(p) => self.insert_events(p, insert.as_ref()).boxed_local(),
+                Ahead::Begin(how) => self.client.batch_execute(how).boxed_local(),
+                Ahead::Savepoint => self.client.batch_execute("SAVEPOINT job").boxed_local(),
+                Ahead::Release => self.client.batch_execute("RELEASE job").boxed_local(),
+            })
+            .collect();
+        let held_back = async {
+            let mut answers: Vec<Option<PgResult<()>>> = requests.iter().map(|_| None).collect();
+            // Each polled in order: a request is written at its first poll.
+            futures::future::poll_fn(|cx| {
+                let mut waiting = false;
+                for (request, answer) in requests.iter_mut().zip(answers.iter_mut()) {
+                    if answer.is_none() {
+                        match request.as_mut().poll(cx) {
+                            std::task::Poll::Ready(r) => *answer = Some(r),
+                            std::task::Poll::Pending => waiting = true,
+                        }
+                    }
+                }
+                if waiting {
+                    std::task::Poll::Pending
+                } else {
+                    std::task::Poll::Ready(())
+                }
+            })
+            .await;
+            answers
+                .into_iter()
+                .map(|a| a.and_then(|r| r.err()))
+                .collect::<Vec<_>>()
+        };
+        // `join` polls what is held back first: its requests are written before `next`'s.
+        let (sent, r) = futures::future::join(held_back, next).await;
+        (sent, Some(r))
+    }
+
+    async fn insert_events(
+        &self,
+        p: &Pending,
+        stmt: Option<&tokio_postgres::Statement>,
+    ) -> PgResult<()> {
         let args: [(&(dyn ToSql + Sync), Type); 6] = [
             (&p.ids, Type::INT8_ARRAY),
             (&p.sessions, Type::TEXT_ARRAY),
@@ -199,78 +368,69 @@ impl PgClient {
             (&p.ts, Type::INT8_ARRAY),
             (&p.data, Type::TEXT_ARRAY),
         ];
-        let (inserted, r) = self.rt.block_on(async {
-            // Prepared (or found prepared) before anything is sent: `next` must not overtake it.
-            let stmt = if self.statements.unnamed() {
-                None
-            } else {
-                match self.client.prepare_cached(INSERT).await {
-                    Ok(stmt) => Some(stmt),
-                    Err(e) => return (Err(e), None),
-                }
-            };
-            let insert = async {
-                match &stmt {
-                    None => self.client.execute_typed(INSERT, &args).await,
-                    Some(stmt) => {
-                        let values: Vec<&(dyn ToSql + Sync)> =
-                            args.iter().map(|(v, _)| *v).collect();
-                        self.client.execute(stmt, &values).await
-                    }
-                }
-            };
-            // `join` polls the insert first: its request is written before `next`'s.
-            let (inserted, r) = futures::future::join(insert, next).await;
-            (inserted, Some(r))
-        });
-        self.track(inserted.map(|_| ()))?;
-        match r {
-            Some(r) => self.track(r),
-            None => Err(Error::Corrupt("a statement was not sent".into())),
-        }
-    }
-
-    /// Notes whether a statement failed (see `failed`, and [`Statements::saw`]).
-    fn track<T>(&self, r: std::result::Result<T, tokio_postgres::Error>) -> Result<T> {
-        if let Err(e) = &r {
-            self.failed.set(true);
-            self.statements.saw(e);
-        }
-        Ok(r?)
+        match stmt {
+            None => self.client.execute_typed(INSERT_EVENTS, &args).await?,
+            Some(stmt) => {
+                let values: Vec<&(dyn ToSql + Sync)> = args.iter().map(|(v, _)| *v).collect();
+                self.client.execute(stmt, &values).await?
+            }
+        };
+        Ok(())
     }
 
     fn is_closed(&self) -> bool {
         self.client.is_closed()
     }
 
-    /// Runs one transaction-control statement (`sql`, fixed text), first sending the events held
-    /// back, or dropping them with the transaction they were in (`held`). `recovers`: once it
-    /// ran, the transaction accepts statements again (see `failed`).
-    fn control(&self, sql: &str, held: Held, recovers: bool) -> Result<()> {
-        let r = match held {
-            Held::Send => self.then(self.client.batch_execute(sql)),
-            Held::Drop => {
-                *self.pending.borrow_mut() = Pending::default();
-                self.track(self.rt.block_on(self.client.batch_execute(sql)))
-            }
-        };
-        if r.is_ok() && recovers {
-            self.failed.set(false);
-        }
-        r
+    /// Whether a failed statement left the transaction unusable (see `failed` and `broken`).
+    pub(super) fn spoiled(&self) -> bool {
+        self.failed.get() || self.broken.borrow().is_some()
     }
 
-    /// Begins a transaction: `how` is [`BEGIN`] or [`BEGIN_READ`].
-    pub(super) fn begin(&self, how: &str) -> Result<()> {
-        self.control(how, Held::Send, true)
+    /// Why the transaction takes no more statements: the failure no savepoint undoes (one sent
+    /// ahead of the job's savepoint kept it from opening), with its fault.
+    fn aborted(&self) -> Error {
+        match &*self.broken.borrow() {
+            Some((fault, message)) => Error::storage(*fault, message.clone()),
+            None => Error::storage(
+                StorageFault::Unavailable,
+                "a failed statement aborted the transaction",
+            ),
+        }
+    }
+
+    /// Once the transaction began or rolled back: nothing failed, nothing held back.
+    fn fresh(&self) {
+        self.failed.set(false);
+        *self.broken.borrow_mut() = None;
+        self.savepoint.set(Savepoint::None);
+    }
+
+    /// Runs one transaction-control statement (`sql`, fixed text), first sending what is held
+    /// back, or dropping it with the transaction it was in (`held`).
+    fn control(&self, sql: &str, held: Held) -> Result<()> {
+        if let Held::Drop = held {
+            self.ahead.borrow_mut().clear();
+        }
+        self.then(self.client.batch_execute(sql))
+    }
+
+    /// Begins a transaction: `how` is [`BEGIN`] or [`BEGIN_READ`], held back to go with the
+    /// transaction's first statement.
+    pub(super) fn begin(&self, how: &'static str) {
+        self.fresh();
+        let mut ahead = self.ahead.borrow_mut();
+        ahead.clear();
+        ahead.push(Ahead::Begin(how));
     }
 
     /// Begins a write transaction ([`BEGIN`]) and locks the one row of `counter`, in one round
     /// trip: the head as it stands once the lock is held.
     pub(super) fn begin_counted(&self) -> Result<i64> {
+        self.ahead.borrow_mut().clear();
         let sql = format!("{BEGIN}; SELECT head FROM counter FOR UPDATE");
         let messages = self.then(self.client.simple_query(&sql))?;
-        self.failed.set(false);
+        self.fresh();
         let head = messages
             .iter()
             .find_map(|m| match m {
@@ -283,37 +443,105 @@ impl PgClient {
             .map_err(|e| Error::Corrupt(format!("the counter's head {head:?}: {e}")))
     }
 
-    /// Commits a write transaction that appended events up to `head`: the events held back, the
-    /// counter raised to `head`, a wake-up for every server's tail and the COMMIT go in one
-    /// round trip. Should the insert or the update fail, the COMMIT is not run (a failed
-    /// statement ends the simple query it is in) and the transaction is left to roll back.
+    /// Commits a write transaction that appended events up to `head`: what is held back (the
+    /// events, the last job's release), the counter raised to `head`, a wake-up for every
+    /// server's tail and the COMMIT go in one round trip. Should anything before the COMMIT
+    /// fail, the COMMIT is not run (a failed statement ends the simple query it is in, and
+    /// one held back aborts the transaction, which the COMMIT would only roll back: its
+    /// failure is the answer) and the transaction is left to roll back.
     pub(super) fn commit_head(&self, head: i64) -> Result<()> {
-        self.control(
-            &format!("UPDATE counter SET head = {head}; NOTIFY turnstream_events; COMMIT"),
-            Held::Send,
-            false,
-        )
+        self.commit_with(&format!(
+            "UPDATE counter SET head = {head}; NOTIFY turnstream_events; COMMIT"
+        ))
     }
 
     pub(super) fn commit(&self) -> Result<()> {
-        self.control("COMMIT", Held::Send, false)
+        self.commit_with("COMMIT")
+    }
+
+    fn commit_with(&self, sql: &str) -> Result<()> {
+        if self.spoiled() {
+            // PostgreSQL would answer the COMMIT of an aborted transaction by rolling it back,
+            // as if it had committed: the failure is the answer, and the transaction is rolled
+            // back here (a read's connection goes back to the pool with none open).
+            let e = self.aborted();
+            if let Err(rollback) = self.rollback() {
+                tracing::debug!(error = %rollback, "journal: rollback after a failed statement failed");
+            }
+            return Err(e);
+        }
+        // The last job's release: the COMMIT ends its savepoint anyway.
+        {
+            let mut ahead = self.ahead.borrow_mut();
+            if matches!(ahead.last(), Some(Ahead::Release)) {
+                ahead.pop();
+            }
+        }
+        self.control(sql, Held::Send)
     }
 
     pub(super) fn rollback(&self) -> Result<()> {
-        self.control("ROLLBACK", Held::Drop, true)
+        self.control("ROLLBACK", Held::Drop)?;
+        self.fresh();
+        Ok(())
     }
 
-    /// Opens the savepoint of a write job (one at a time).
+    /// Opens the savepoint of a write job (one at a time): held back, to go with the job's
+    /// first statement.
     pub(super) fn savepoint(&self) -> Result<()> {
-        self.control("SAVEPOINT job", Held::Send, false)
+        if self.savepoint.get() != Savepoint::None {
+            return Err(Error::Corrupt("a job's savepoint is open already".into()));
+        }
+        self.ahead.borrow_mut().push(Ahead::Savepoint);
+        self.savepoint.set(Savepoint::Held);
+        Ok(())
     }
 
+    /// Keeps what the job did: its release held back, to go with the next statement; or,
+    /// where the job sent nothing, its savepoint never sent.
     pub(super) fn release_savepoint(&self) -> Result<()> {
-        self.control("RELEASE job", Held::Send, false)
+        match self.savepoint.get() {
+            Savepoint::Open => self.ahead.borrow_mut().push(Ahead::Release),
+            Savepoint::Held => {
+                let mut ahead = self.ahead.borrow_mut();
+                let at = held_savepoint(&ahead)?;
+                ahead.remove(at);
+                // The events on both sides of it go in one statement again.
+                if at > 0 && at < ahead.len() {
+                    if let Ahead::Events(after) = ahead.remove(at) {
+                        match &mut ahead[at - 1] {
+                            Ahead::Events(before) => before.extend(after),
+                            _ => ahead.insert(at, Ahead::Events(after)),
+                        }
+                    }
+                }
+            }
+            Savepoint::None => return Err(self.aborted()),
+        }
+        self.savepoint.set(Savepoint::None);
+        Ok(())
     }
 
+    /// Undoes what the job did: rolled back to its savepoint on the server (which accepts
+    /// statements again), or, where the job sent nothing, what it held back dropped.
     pub(super) fn rollback_to_savepoint(&self) -> Result<()> {
-        self.control("ROLLBACK TO job; RELEASE job", Held::Send, true)
+        let held = self.savepoint.get();
+        self.savepoint.set(Savepoint::None);
+        match held {
+            Savepoint::Held => {
+                let mut ahead = self.ahead.borrow_mut();
+                let at = held_savepoint(&ahead)?;
+                ahead.truncate(at);
+                Ok(())
+            }
+            Savepoint::Open => {
+                // Everything held back is the job's own, undone with it.
+                self.control("ROLLBACK TO job; RELEASE job", Held::Drop)?;
+                self.failed.set(false);
+                Ok(())
+            }
+            Savepoint::None => Err(self.aborted()),
+        }
     }
 
     fn rows(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<tokio_postgres::Row>> {
@@ -327,6 +555,25 @@ impl PgClient {
             self.client.query(&stmt, &args).await
         })
     }
+}
+
+impl Pending {
+    fn extend(&mut self, other: Pending) {
+        self.ids.extend(other.ids);
+        self.sessions.extend(other.sessions);
+        self.turns.extend(other.turns);
+        self.kinds.extend(other.kinds);
+        self.ts.extend(other.ts);
+        self.data.extend(other.data);
+    }
+}
+
+/// Where the job's savepoint is, held back.
+fn held_savepoint(ahead: &[Ahead]) -> Result<usize> {
+    ahead
+        .iter()
+        .rposition(|a| matches!(a, Ahead::Savepoint))
+        .ok_or_else(|| Error::Corrupt("a held-back savepoint went missing".into()))
 }
 
 /// Each parameter with the type it is sent as: an unnamed statement has no server-inferred
@@ -440,7 +687,13 @@ impl Sql for PgClient {
     }
 
     fn insert_event(&self, e: &EventRow<'_>) -> Result<()> {
-        let mut p = self.pending.borrow_mut();
+        let mut ahead = self.ahead.borrow_mut();
+        if !matches!(ahead.last(), Some(Ahead::Events(_))) {
+            ahead.push(Ahead::Events(Pending::default()));
+        }
+        let Some(Ahead::Events(p)) = ahead.last_mut() else {
+            return Err(Error::Corrupt("events held back went missing".into()));
+        };
         p.ids.push(e.seq);
         p.sessions.push(e.session_id.to_string());
         p.turns.push(e.turn_id.map(str::to_string));
@@ -572,6 +825,9 @@ pub(super) fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     }
     message
 }
+
+#[cfg(test)]
+mod pipelined;
 
 #[cfg(test)]
 mod tests {

@@ -170,7 +170,7 @@ impl WriteConn for Writer {
     fn probe(&mut self) -> Result<()> {
         self.rollback();
         let client = self.client()?;
-        client.begin(BEGIN)?;
+        client.begin(BEGIN);
         match crate::journal::writer::write_probe(client) {
             Ok(()) => client.commit(),
             Err(e) => {
@@ -192,6 +192,6 @@ impl WriteConn for Writer {
     }
 
     fn spoiled(&self) -> bool {
-        self.client.as_ref().is_some_and(|c| c.failed.get())
+        self.client.as_ref().is_some_and(PgClient::spoiled)
     }
 }
