@@ -10,10 +10,10 @@ use tokio::sync::oneshot;
 use tokio_postgres::NoTls;
 use turnstream_protocol::EventBody;
 
-use super::Postgres;
 use crate::error::{Error, Result};
 use crate::journal::engine::{Direct, Engine};
 use crate::journal::health::WriteHealth;
+use crate::journal::postgres::Postgres;
 use crate::journal::sql::EventRow;
 use crate::journal::writer::{Job, Writer};
 use crate::journal::FanOut;
@@ -243,7 +243,7 @@ fn a_read_whose_statement_failed_leaves_no_transaction_on_its_connection() -> Te
     });
     assert!(failed.is_err(), "{failed:?}");
     // Every pooled connection, that one among them, takes a read again.
-    for _ in 0..2 * super::POOL_SIZE {
+    for _ in 0..2 * crate::journal::postgres::POOL_SIZE {
         let mut head = None;
         db.engine.read(&mut |conn| {
             head = conn.query_int("SELECT head FROM counter", &[])?;
