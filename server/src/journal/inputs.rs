@@ -371,7 +371,6 @@ impl Journal {
                     text,
                     None,
                     &[TurnState::Queued, TurnState::Waiting],
-                    Vec::new(),
                 )?
                 .is_some())
             })

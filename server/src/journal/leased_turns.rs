@@ -254,7 +254,6 @@ fn end_leased(
         progress.text,
         error,
         &[TurnState::Running],
-        Vec::new(),
     )
 }
 
@@ -662,7 +661,7 @@ impl Journal {
     }
 
     /// [`Journal::end_turn`] of a running turn, fenced by its lease: `None` when `token` no
-    /// longer holds it (the server that ended it instead wrote its end; `tail` is dropped).
+    /// longer holds it (the server that ended it instead wrote its end).
     pub async fn end_fenced_turn(
         &self,
         turn_id: &str,
@@ -670,7 +669,6 @@ impl Journal {
         state: TurnState,
         text: String,
         error: Option<String>,
-        tail: Vec<EventBody>,
     ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
         let token = token.to_string();
@@ -679,15 +677,7 @@ impl Journal {
                 if !holds(ctx.conn, &turn_id, &token, ctx.now)? {
                     return Ok(None);
                 }
-                end_turn_in(
-                    ctx,
-                    &turn_id,
-                    state,
-                    text,
-                    error,
-                    &[TurnState::Running],
-                    tail,
-                )
+                end_turn_in(ctx, &turn_id, state, text, error, &[TurnState::Running])
             })
             .await?;
         if ended.is_some() {
