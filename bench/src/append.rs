@@ -97,6 +97,32 @@ impl InProcess {
     }
 }
 
+/// The server's turn runner on `journal`, its agent the bench's (stamping each delta into
+/// `stamps`), every delta its own event, a slot for each of `sessions`.
+async fn start_turns(
+    journal: &Journal,
+    stamps: &Arc<Vec<AtomicU64>>,
+    sessions: u64,
+) -> Result<Arc<Turns>> {
+    let agent = Arc::new(BenchAgent {
+        stamps: stamps.clone(),
+    });
+    let turns = Turns::new(
+        journal.clone(),
+        Mode::new(Some(agent), journal.is_shared(), Duration::from_secs(30)),
+        TurnsConfig {
+            coalesce: Duration::ZERO,
+            max_concurrent_turns: sessions as usize,
+            max_turns_per_client: sessions as usize,
+        },
+    );
+    turns
+        .start()
+        .await
+        .map_err(|e| anyhow!("turns start: {e}"))?;
+    Ok(turns)
+}
+
 /// Runs `sessions` concurrent turns of `per_session` deltas each through the server's turn execution
 /// and journal. `pace_us` 0 = as fast as possible (throughput); otherwise one delta per
 /// `pace_us` per session (latency at an offered rate). `database_url`: the PostgreSQL database
@@ -132,22 +158,7 @@ pub async fn in_process(
     .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
     let total = (sessions * per_session) as usize;
     let stamps: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
-    let agent = Arc::new(BenchAgent {
-        stamps: stamps.clone(),
-    });
-    let turns = Turns::new(
-        journal.clone(),
-        Mode::new(Some(agent), journal.is_shared(), Duration::from_secs(30)),
-        TurnsConfig {
-            coalesce: Duration::ZERO,
-            max_concurrent_turns: sessions as usize,
-            max_turns_per_client: sessions as usize,
-        },
-    );
-    turns
-        .start()
-        .await
-        .map_err(|e| anyhow!("turns start: {e}"))?;
+    let turns = start_turns(&journal, &stamps, sessions).await?;
     let names: Vec<String> = (0..sessions).map(|s| format!("p{s}")).collect();
 
     // Committed frames reach the hub right after their commit: a subscriber there sees the
@@ -291,22 +302,7 @@ pub async fn in_process_nodes(
         )
         .await
         .map_err(|e| anyhow!("cannot open the journal: {e}"))?;
-        let agent = Arc::new(BenchAgent {
-            stamps: stamps.clone(),
-        });
-        let turns = Turns::new(
-            journal.clone(),
-            Mode::new(Some(agent), journal.is_shared(), Duration::from_secs(30)),
-            TurnsConfig {
-                coalesce: Duration::ZERO,
-                max_concurrent_turns: sessions as usize,
-                max_turns_per_client: sessions as usize,
-            },
-        );
-        turns
-            .start()
-            .await
-            .map_err(|e| anyhow!("turns start: {e}"))?;
+        let turns = start_turns(&journal, &stamps, sessions).await?;
         servers.push((metrics, journal, turns));
     }
     let scrape = |servers: &[Node]| -> Vec<Scrape> {
