@@ -9,9 +9,10 @@ use turnstream_protocol::{
     SwitchBranchResponse,
 };
 
+use super::accept::{new_id, Admission};
 use super::leaves::{active_leaf, branched, children, in_session, newest_leaf, set_leaf};
+use super::rows::{message_by_id, messages, MESSAGE_COLUMNS};
 use super::sql::{params, Sql};
-use super::store::{message_by_id, messages, new_id, Admission, MESSAGE_COLUMNS};
 use super::Journal;
 use crate::error::{Error, Result};
 
@@ -316,7 +317,7 @@ impl Journal {
                     return Ok(Regenerated::new(user, turn_id, ctx.cursor(seq), session, false));
                 }
             }
-            super::store::admit(ctx.conn, &session, admission)?;
+            super::accept::admit(ctx.conn, &session, admission)?;
             let turn_id = new_id("turn");
             let reply_id = new_id("msg");
             let (reply, parent) = (reply_id.clone(), user.clone());

@@ -14,8 +14,8 @@ use turnstream_protocol::{
 };
 
 use super::requests::open_count;
+use super::rows::{fold_turn, turn_by_id};
 use super::sql::{params, Sql};
-use super::store::{fold_turn, turn_by_id};
 use super::{Journal, TurnRow, WriteCtx};
 use crate::error::{Error, Result};
 
@@ -364,7 +364,7 @@ impl Journal {
                 } else {
                     String::new()
                 };
-                Ok(super::store::end_turn_in(
+                Ok(super::lifecycle::end_turn_in(
                     ctx,
                     &turn_id,
                     state,
@@ -387,12 +387,12 @@ impl Journal {
         let session_id = session_id.to_string();
         let except = except.to_string();
         self.read(move |conn, _| {
-            super::store::turns(
+            super::rows::turns(
                 conn,
                 &format!(
                     "SELECT {} FROM turns WHERE session_id = ?1 AND turn_id <> ?2
                      AND state IN ('queued', 'running', 'waiting') ORDER BY queued_seq",
-                    super::store::TURN_COLUMNS
+                    super::rows::TURN_COLUMNS
                 ),
                 params![&session_id, &except],
             )

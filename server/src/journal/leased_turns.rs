@@ -16,8 +16,9 @@ use turnstream_protocol::worker::{Continuation, NO_SEQ};
 use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
 use super::lease::{Lease, LeaseError};
+use super::lifecycle::end_turn_in;
+use super::rows::{fold_turn, message_by_id, turn_by_id};
 use super::sql::{params, Param, Sql};
-use super::store::{end_turn_in, fold_turn, message_by_id, turn_by_id};
 use super::{Journal, TurnRow, WriteCtx};
 use crate::error::{Error, Result};
 

@@ -8,6 +8,7 @@
 //! several servers may share the database: each fans out what any of them committed through its
 //! tail. What differs per database is asked of its [`engine::Engine`].
 
+mod accept;
 mod branches;
 mod engine;
 mod fanout;
@@ -16,17 +17,20 @@ mod inputs;
 mod lease;
 mod leased_turns;
 mod leaves;
+mod lifecycle;
 mod payload;
 pub mod postgres;
 mod replay;
 mod requests;
 mod retention;
+mod rows;
 pub mod schema;
 pub(crate) mod sql;
 mod sqlite;
-mod store;
+mod status;
 mod writer;
 
+pub use accept::{Accepted, Admission, NewMessage};
 pub use branches::Regenerated;
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
@@ -36,9 +40,9 @@ pub use leased_turns::{Claim, Claimed, LeasedTurn, Refusal, WorkerOp};
 pub use payload::floor_char_boundary;
 pub use replay::{Encoder, Page, StreamStart};
 pub use retention::cleanup_loop;
+pub use rows::TurnRow;
 pub use sql::Backend;
 pub use sql::EventRow;
-pub use store::{Accepted, Admission, NewMessage, TurnRow};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};

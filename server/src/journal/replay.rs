@@ -5,8 +5,8 @@
 use bytes::{Bytes, BytesMut};
 use turnstream_protocol::{Cursor, ResyncReason, Snapshot};
 
+use super::rows::{fold_turn, turns, TURN_COLUMNS};
 use super::sql::{in_list, EventRow, Param, Sql};
-use super::store::{fold_turn, turns, TURN_COLUMNS};
 use super::Journal;
 
 /// Appends one event, as the stream sends it, to a page being written.

@@ -1,0 +1,194 @@
+//! Accepting a user message: one transaction writes it to history, creates its turn `queued`
+//! and journals `message_received` and `turn_queued`; the admission rules a session applies
+//! first, and the server-made ids.
+
+use turnstream_protocol::{
+    Attachment, EventBody, Message, MessageStatus, PostMessageResponse, Role,
+};
+
+use super::rows::attachments_column;
+use super::sql::{params, Sql};
+use super::Journal;
+use crate::error::{Error, Result};
+
+/// The result of accepting a message.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    pub response: PostMessageResponse,
+    /// False when this was an idempotent retry of an earlier request.
+    pub created: bool,
+    pub session_id: String,
+}
+
+/// A user message to accept.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    pub content: String,
+    pub attachments: Vec<Attachment>,
+    pub client_message_id: Option<String>,
+    pub author: Option<String>,
+    /// The message it follows (v1.2): `None`, the active leaf; `Some(None)`, none (a first
+    /// message); `Some(Some(id))`, that message (an edit of its child).
+    pub parent: Option<Option<String>>,
+}
+
+/// Refuses a new turn for `session` as `admission` says.
+pub(super) fn admit(conn: &dyn Sql, session: &str, admission: Admission) -> Result<()> {
+    let active = conn
+        .query_int(
+            "SELECT COUNT(*) FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running', 'waiting')",
+            params![session],
+        )?
+        .unwrap_or(0);
+    if admission.reject_if_busy && active > 0 {
+        return Err(Error::SessionBusy);
+    }
+    if active as usize >= admission.max_active_turns {
+        return Err(Error::TooManyActiveTurns(admission.max_active_turns));
+    }
+    Ok(())
+}
+
+/// When a session takes a new message.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    /// Most turns in flight (queued, running or waiting) per session.
+    pub max_active_turns: usize,
+    /// Refuse (`session_busy`) while any turn of the session is in flight (`on_busy: reject`).
+    pub reject_if_busy: bool,
+}
+
+impl Admission {
+    /// v1's rule: up to `max_active_turns` turns in flight, queued one after the other.
+    pub fn enqueue(max_active_turns: usize) -> Admission {
+        Admission {
+            max_active_turns,
+            reject_if_busy: false,
+        }
+    }
+}
+
+/// Characters of `[0-9a-z]` after the prefix of a server-made id: 20 of them carry about 103
+/// random bits, so knowing one id (a turn id is handed to every reader of a session) never lets
+/// anyone guess another session's ids.
+pub(crate) const ID_RANDOM_CHARS: usize = 20;
+
+/// A new turn or message id, `{prefix}_` + [`ID_RANDOM_CHARS`] random characters of `[0-9a-z]`.
+pub(super) fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", crate::ids::random_chars(ID_RANDOM_CHARS))
+}
+
+impl Journal {
+    /// Accepts a user message: one transaction writes it to history, creates its turn `queued`
+    /// and journals `message_received` and `turn_queued`. Idempotent on `client_message_id`.
+    pub async fn accept_message(
+        &self,
+        session_id: &str,
+        message: NewMessage,
+        admission: Admission,
+    ) -> Result<Accepted> {
+        let session_id = session_id.to_string();
+        let NewMessage {
+            content,
+            attachments,
+            client_message_id: cmid,
+            author,
+            parent,
+        } = message;
+        let stored_attachments = attachments_column(&attachments)?;
+        self.write(move |ctx| {
+            if let Some(cmid) = &cmid {
+                let existing = ctx.conn.query_row(
+                    "SELECT message_id, content, turn_id, event_seq, attachments FROM messages
+                     WHERE session_id = ?1 AND client_message_id = ?2",
+                    params![&session_id, cmid],
+                )?;
+                if let Some(row) = existing {
+                    let (message_id, old_content, turn_id, seq) =
+                        (row.text(0)?, row.text(1)?, row.opt_text(2)?, row.int(3)?);
+                    // Written by this code from the same type: equal attachments are equal text.
+                    if old_content != content || row.opt_text(4)? != stored_attachments {
+                        return Err(Error::ClientMessageConflict(cmid.clone()));
+                    }
+                    return Ok(Accepted {
+                        response: PostMessageResponse {
+                            message_id,
+                            client_message_id: Some(cmid.clone()),
+                            turn_id: turn_id.unwrap_or_default(),
+                            event_id: ctx.cursor(seq),
+                        },
+                        created: false,
+                        session_id: session_id.clone(),
+                    });
+                }
+            }
+            admit(ctx.conn, &session_id, admission)?;
+            let (active, recorded) = super::leaves::leaf_and_record(ctx.conn, &session_id)?;
+            let parent = match &parent {
+                None => active.clone(),
+                Some(None) => None,
+                Some(Some(id)) => {
+                    if !super::leaves::in_session(ctx.conn, &session_id, id)? {
+                        return Err(Error::NotFound { what: "message" });
+                    }
+                    Some(id.clone())
+                }
+            };
+            let message_id = new_id("msg");
+            let turn_id = new_id("turn");
+            let reply_id = new_id("msg");
+            let now = ctx.now;
+            let mut message = None;
+            let seq = ctx.append(&session_id, Some(&turn_id), |cursor| {
+                let m = Message {
+                    message_id: message_id.clone(),
+                    client_message_id: cmid.clone(),
+                    role: Role::User,
+                    content: content.clone(),
+                    status: MessageStatus::Complete,
+                    turn_id: Some(turn_id.clone()),
+                    created_at: now,
+                    event_id: cursor.to_string(),
+                    author: author.clone(),
+                    attachments: attachments.clone(),
+                    parent_id: parent.clone(),
+                    siblings: None,
+                    requests: Vec::new(),
+                };
+                message = Some(m.clone());
+                EventBody::MessageReceived { message: m }
+            })?;
+            ctx.conn.execute(
+                "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position, attachments, parent_id)
+                 VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT), ?9, ?10)",
+                params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author, &stored_attachments, &parent],
+            )?;
+            let (reply, asked) = (reply_id.clone(), message_id.clone());
+            let queued_seq = ctx.append(&session_id, Some(&turn_id), move |_| EventBody::TurnQueued {
+                reply_id: Some(reply),
+                parent_id: Some(asked),
+            })?;
+            ctx.conn.execute(
+                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
+                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
+                params![&turn_id, &session_id, &message_id, now, queued_seq, &reply_id],
+            )?;
+            // Following anything but the active leaf is an edit: the session branches, and from
+            // then on records its leaf. A session that never branched writes nothing for it.
+            if recorded || parent != active {
+                super::leaves::set_leaf(ctx.conn, &session_id, &reply_id, true)?;
+            }
+            Ok(Accepted {
+                response: PostMessageResponse {
+                    message_id,
+                    client_message_id: cmid.clone(),
+                    turn_id,
+                    event_id: ctx.cursor(seq),
+                },
+                created: true,
+                session_id: session_id.clone(),
+            })
+        })
+        .await
+    }
+}
