@@ -129,16 +129,17 @@ export class TurnstreamChatTransport {
     // The client shows the message before `send` resolves with its id: until then a watcher
     // could not tell it is the one useChat already shows, so watchers wait.
     chat.sending++;
-    let client, clientMessageId;
+    let client, follow;
     try {
       client = await this.client(chatId);
-      ({ clientMessageId } = await client.send(text, attachments.length ? { attachments } : undefined));
+      const { clientMessageId } = await client.send(text, attachments.length ? { attachments } : undefined);
       chat.name(clientMessageId, last.id);
+      follow = chat.follow({ clientMessageId });
     } finally {
       chat.sending--;
       chat.resync();
     }
-    return followTurn(client, { clientMessageId }, abortSignal, chat);
+    return followTurn(client, follow, abortSignal, chat);
   }
 
   /**
@@ -204,16 +205,17 @@ export class TurnstreamChatTransport {
     const text = (last.parts ?? []).filter((p) => p.type === "text").map((p) => p.text).join("");
     const chat = this.#chat(chatId);
     chat.sending++;
-    let client, clientMessageId;
+    let client, follow;
     try {
       client = await this.client(chatId);
-      ({ clientMessageId } = await client.edit(chat.keyOf(last.id), text));
+      const { clientMessageId } = await client.edit(chat.keyOf(last.id), text);
       chat.name(clientMessageId, last.id);
+      follow = chat.follow({ clientMessageId });
     } finally {
       chat.sending--;
       chat.resync();
     }
-    return followTurn(client, { clientMessageId }, abortSignal, chat);
+    return followTurn(client, follow, abortSignal, chat);
   }
 
   /**
@@ -340,6 +342,19 @@ class ChatLink {
     if (typeof id !== "string" || !id || id === key) return;
     for (const [k, v] of this.#ids) if (v === id) this.#ids.delete(k);
     this.#ids.set(key, id);
+  }
+
+  /**
+   * From now on watchers leave the reply to `target` (`clientMessageId` or `turnId`) to useChat,
+   * which streams it through `followTurn`. A send registers it before watchers run again: the
+   * reply may already be in the client's view (another tab posted the message while this one
+   * wrote it to disk), and a watcher that gave it to useChat would see useChat's stream start
+   * it over from nothing.
+   */
+  follow(target) {
+    const follow = { clientMessageId: target.clientMessageId, turnId: target.turnId ?? null };
+    this.follows.add(follow);
+    return follow;
   }
 
   /** The key of the entry useChat knows as `id`. */
@@ -487,11 +502,10 @@ const parsePreview = (s) => {
  * `target` is the user message (`clientMessageId`) or the turn (`turnId`).
  */
 function followTurn(client, target, signal, chat) {
-  let turnId = target.turnId ?? null;
-  const from = target.from;
   // While useChat reads it, watchers leave this turn's reply to useChat.
-  const follow = { clientMessageId: target.clientMessageId, turnId };
-  chat.follows.add(follow);
+  const follow = chat.follows.has(target) ? target : chat.follow(target);
+  let turnId = follow.turnId;
+  const from = target.from;
   let unsubscribe = null;
   let reading = true; // the consumer still reads the stream
   let cancelWanted = false;

@@ -6,6 +6,7 @@
 // - a message sent in tab A appears in tab B's useChat within 2 s, with its reply; B's own reply
 //   then streams with nothing shown twice in either tab; B reloaded shows every reply whole from
 //   the cache (history held back), then from the server;
+// - a reply already streaming when the send resolves is shown once, and only grows;
 // - stop() cancels the turn; `resume: true` after a reload mid-turn shows the reply once, whole;
 // - a message with two image attachments: through history, and to the upstream as image parts;
 // - the useChat snippets of docs/sdk.md (each major) and the README (the latest), as written.
@@ -107,6 +108,36 @@ each("a message sent in tab A appears in tab B's useChat within 2 s; B's own rep
     assertEq(texts(served.messages), all, "every reply whole after the network answered");
     assertEq(texts((await ready(b, 4)).messages), all, "and useChat shows them");
     return b;
+  });
+
+each("a reply that streams in before the send resolves (the disk slow, another tab posted the message) is shown once and only grows",
+  async ({ context, server, session, major }) => {
+    const page = await openChat(context, server, session, { major, ...USUAL });
+    await until("the client live", async () => (await clientState(page, session)).connection === "live");
+    // `send` resolves once the message is on disk; the post can come first (a sibling tab's
+    // outbox), and its reply with it. Here `send` waits for 5 of the reply's deltas.
+    await page.evaluate(async (s) => {
+      const client = await window.transport.client(s);
+      const send = client.send.bind(client);
+      client.send = async (...args) => {
+        const sent = await send(...args);
+        await new Promise((resolve) => {
+          const shown = (st) => st.messages.some((m) => m.role === "assistant" && m.content.includes("x5 "));
+          let off = null;
+          const check = (st) => shown(st) && (off?.(), resolve());
+          off = client.subscribe(check);
+          check(client.state());
+        });
+        return sent;
+      };
+    }, session);
+    await page.evaluate(() => { window.chat.sendMessage({ text: "/deltas 40" }); });
+    const v = await ready(page, 2);
+    assertEq(texts(v.messages), [["user", "/deltas 40"], ["assistant", deltasText(40)]], "the message and its whole reply");
+    assertEq((await requests(page)).map((r) => [r.kind, r.chunks && r.chunks.at(-1).type]), [["send", "finish"]],
+      "the reply came through the send's stream");
+    await assertNothingTwice(page, "the page", { grows: true });
+    return page;
   });
 
 each("stop() cancels the turn on the server; the partial reply stays, as the server ended it", async ({ context, server, session, major }) => {
