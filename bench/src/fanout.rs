@@ -43,6 +43,11 @@ pub struct Stage {
     pub p99_us: f64,
 }
 
+/// turnstream as deployed: deltas merged for the server's default window (25 ms). The echo's one
+/// delta is not held by it (the agent returns at once); it goes in the turn's end's commit, as a
+/// turn's last deltas do on a deployed server.
+pub const SERVER_FLAGS: &[&str] = &["--coalesce-ms", "25"];
+
 /// A stream's takes from its inbox: the count of the stream wake-up's histogram.
 const DELIVERY_COUNT: &str = "turnstream_delivery_seconds_count";
 

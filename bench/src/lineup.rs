@@ -38,8 +38,17 @@ impl Peers {
 
 /// Starts a fresh system of `kind`, or says why it cannot run.
 pub async fn start(kind: Kind, peers: &Peers) -> std::result::Result<Arc<System>, String> {
+    start_with(kind, peers, &[]).await
+}
+
+/// [`start`], turnstream with `ours` added to its flags.
+pub async fn start_with(
+    kind: Kind,
+    peers: &Peers,
+    ours: &[&str],
+) -> std::result::Result<Arc<System>, String> {
     let r = match kind {
-        Kind::Turnstream => System::turnstream(&[]).await,
+        Kind::Turnstream => System::turnstream(ours).await,
         Kind::Ring => System::ring().await,
         Kind::DurableStreams => match &peers.ds {
             Avail::Ready(bin) => System::durable_streams(bin).await,

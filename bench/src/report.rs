@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::lineup::{start, Peers};
+use crate::lineup::{start, start_with, Peers};
 use crate::pg::{self, RawMode};
 use crate::stats::{dur_ms, ms, thousands, Samples};
 use crate::systems::{Kind, System};
@@ -629,7 +629,7 @@ async fn pg_fanout(
     eprintln!("fan-out {label}: PostgreSQL, one node");
     let one = async {
         let url = pg::fresh_database(admin, "fanout").await?;
-        let sys = Arc::new(System::turnstream_on(Some(&url), &[]).await?);
+        let sys = Arc::new(System::turnstream_on(Some(&url), fanout::SERVER_FLAGS).await?);
         fanout::run(sys, streams, subs, messages, rate).await
     };
     let (one_cell, one_p99) = fanout_cell(one.await);
@@ -645,8 +645,8 @@ async fn pg_fanout(
     eprintln!("fan-out {label}: PostgreSQL, across two nodes");
     let across = async {
         let url = pg::fresh_database(admin, "nodes").await?;
-        let a = Arc::new(System::turnstream_on(Some(&url), &[]).await?);
-        let b = Arc::new(System::turnstream_on(Some(&url), &[]).await?);
+        let a = Arc::new(System::turnstream_on(Some(&url), fanout::SERVER_FLAGS).await?);
+        let b = Arc::new(System::turnstream_on(Some(&url), fanout::SERVER_FLAGS).await?);
         fanout::across(a, b, streams, subs, messages, rate).await
     };
     let (cell, p) = fanout_cell(across.await);
@@ -674,11 +674,10 @@ async fn pg_fanout(
         let across = async {
             let direct = pg::fresh_database(admin, "pooled").await?;
             let url = pg::through(&pooler, &direct)?;
-            let extra: Vec<&str> = if listen {
-                vec!["--database-listen-url", &direct]
-            } else {
-                Vec::new()
-            };
+            let mut extra = fanout::SERVER_FLAGS.to_vec();
+            if listen {
+                extra.extend(["--database-listen-url", &direct]);
+            }
             let a = Arc::new(System::turnstream_on(Some(&url), &extra).await?);
             let b = Arc::new(System::turnstream_on(Some(&url), &extra).await?);
             fanout::across(a, b, streams, subs, messages, rate).await
@@ -716,13 +715,13 @@ async fn figure_fanout(sizes: &Sizes, peers: &Peers, pg: Option<&str>, rows: &mu
             _ => "—",
         };
         let mut r = Row::new(
-            format!("2. publish-to-browser latency p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each)"),
+            format!("2. publish-to-browser latency p50 / p99, {label} ({messages} messages at {rate}/s, 5 events each, the server's default coalescing)"),
             target,
         );
         let mut ours = None;
         for kind in std::iter::once(Kind::Turnstream).chain(PEERS) {
             eprintln!("fan-out {label}: {kind}");
-            let cell = match start(kind, peers).await {
+            let cell = match start_with(kind, peers, fanout::SERVER_FLAGS).await {
                 Err(why) => why,
                 Ok(sys) => {
                     let (c, p) =

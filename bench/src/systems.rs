@@ -85,8 +85,8 @@ fn tls_client() -> Result<reqwest::Client> {
 }
 
 impl System {
-    /// Starts turnstream's release binary with the demo agent and no artificial delays, plus
-    /// `extra` flags.
+    /// Starts turnstream's release binary with the demo agent and no artificial delays, each
+    /// delta its own event (`--coalesce-ms 0`, unless `extra` sets it), plus `extra` flags.
     pub async fn turnstream(extra: &[&str]) -> Result<System> {
         Self::turnstream_with(None, extra, None).await
     }
@@ -129,7 +129,12 @@ impl System {
             Some(url) => cmd.arg(url),
             None => cmd.arg(dir.path().join("ts.db")),
         };
-        cmd.args(["--demo-delay-ms", "0", "--coalesce-ms", "0"])
+        cmd.args(["--demo-delay-ms", "0"]);
+        // Each delta its own event, unless the figure sets the window itself.
+        if !extra.contains(&"--coalesce-ms") {
+            cmd.args(["--coalesce-ms", "0"]);
+        }
+        cmd
             // Every bench client is on loopback: thousands of connections from one address, so
             // the per-address and per-client limits are off.
             .args([

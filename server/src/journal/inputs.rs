@@ -371,6 +371,7 @@ impl Journal {
                     text,
                     None,
                     &[TurnState::Queued, TurnState::Waiting],
+                    Vec::new(),
                 )?
                 .is_some())
             })

@@ -255,6 +255,7 @@ fn end_leased(
         progress.text,
         error,
         &[TurnState::Running],
+        Vec::new(),
     )
 }
 
@@ -662,7 +663,7 @@ impl Journal {
     }
 
     /// [`Journal::end_turn`] of a running turn, fenced by its lease: `None` when `token` no
-    /// longer holds it (the server that ended it instead wrote its end).
+    /// longer holds it (the server that ended it instead wrote its end; `tail` is dropped).
     pub async fn end_fenced_turn(
         &self,
         turn_id: &str,
@@ -670,6 +671,7 @@ impl Journal {
         state: TurnState,
         text: String,
         error: Option<String>,
+        tail: Vec<EventBody>,
     ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
         let token = token.to_string();
@@ -678,7 +680,15 @@ impl Journal {
                 if !holds(ctx.conn, &turn_id, &token, ctx.now)? {
                     return Ok(None);
                 }
-                end_turn_in(ctx, &turn_id, state, text, error, &[TurnState::Running])
+                end_turn_in(
+                    ctx,
+                    &turn_id,
+                    state,
+                    text,
+                    error,
+                    &[TurnState::Running],
+                    tail,
+                )
             })
             .await?;
         if ended.is_some() {

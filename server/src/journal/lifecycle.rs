@@ -119,8 +119,11 @@ impl Journal {
     }
 
     /// Ends a turn, if it is in one of `from`: in one transaction, the terminal state, the
-    /// assistant message (with the text so far) and the one `turn_ended` event. Returns the
-    /// message, or `None` if the turn had already left `from` (someone else ended it).
+    /// assistant message (with the text so far) and the one `turn_ended` event, after the
+    /// turn's `tail` (its last events, not yet journaled: the runner's last merged deltas, the
+    /// tool calls it marks failed), so a short turn's end costs no commit of its own. Returns
+    /// the message, or `None` if the turn had already left `from` (someone else ended it; the
+    /// tail is then dropped with the end).
     pub async fn end_turn(
         &self,
         turn_id: &str,
@@ -128,10 +131,11 @@ impl Journal {
         text: String,
         error: Option<String>,
         from: &'static [TurnState],
+        tail: Vec<EventBody>,
     ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
         let ended = self
-            .write(move |ctx| end_turn_in(ctx, &turn_id, state, text, error, from))
+            .write(move |ctx| end_turn_in(ctx, &turn_id, state, text, error, from, tail))
             .await?;
         if ended.is_some() {
             self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
@@ -173,7 +177,7 @@ impl Journal {
                         continue;
                     }
                     let progress = fold_turn(ctx.conn, &turn, i64::MAX)?;
-                    end_turn_in(ctx, &turn_id, TurnState::Interrupted, progress.text, None, &[TurnState::Running])?;
+                    end_turn_in(ctx, &turn_id, TurnState::Interrupted, progress.text, None, &[TurnState::Running], Vec::new())?;
                     interrupted += 1;
                 }
             }
@@ -194,12 +198,17 @@ pub(super) fn end_turn_in(
     text: String,
     error: Option<String>,
     from: &[TurnState],
+    tail: Vec<EventBody>,
 ) -> Result<Option<Message>> {
     let Some(turn) = turn_by_id(ctx.conn, turn_id)? else {
         return Err(Error::NotFound { what: "turn" });
     };
     if !from.contains(&turn.state) {
         return Ok(None);
+    }
+    // The turn's last events go in the same step as its end: both land, or neither does.
+    for body in tail {
+        ctx.append(&turn.session_id, Some(turn_id), |_| body)?;
     }
     // No lease holds an ended turn, whatever was found earlier in this batch.
     ctx.fences.retain(|(t, _)| t != turn_id);

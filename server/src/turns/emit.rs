@@ -23,6 +23,9 @@ pub(super) struct Emitted {
     pub error: Option<String>,
     /// How many requests for input were journaled.
     pub requests: usize,
+    /// The turn's last events, not journaled yet: the deltas still merging when the agent
+    /// stopped, then the tool calls it left open, marked `failed`. They go with the turn's end.
+    pub tail: Vec<EventBody>,
 }
 
 /// Journals a turn's emissions in order, merging consecutive deltas of one kind for `window`,
@@ -93,8 +96,15 @@ pub(super) async fn emit(
             deadline = Some(Instant::now() + window);
         }
     }
-    out.flush();
-    out.fail_open_tools();
+    // A turn that asked for input parks after this, so what is left is journaled now; any
+    // other turn's last events go in the same step as its end (one commit fewer per turn).
+    let tail = if out.requests > 0 {
+        out.flush();
+        out.fail_open_tools();
+        Vec::new()
+    } else {
+        out.take_tail()
+    };
     for rx in std::mem::take(&mut out.inflight) {
         match rx.await {
             Ok(Ok(_)) => {}
@@ -106,6 +116,7 @@ pub(super) async fn emit(
         text: out.text,
         error: out.error,
         requests: out.requests,
+        tail,
     }
 }
 
@@ -179,13 +190,32 @@ impl Emitter {
 
     /// Journals every call the agent left open as `failed`, once the agent can emit no more.
     fn fail_open_tools(&mut self) {
-        for mut call in std::mem::take(&mut self.open_tools) {
-            call.status = ToolStatus::Failed;
-            // Previews already journaled stay (a later update without one keeps them).
-            call.input_preview = None;
-            call.output_preview = None;
-            self.submit(EventBody::Tool(call));
+        for call in self.failed_open_tools() {
+            self.submit(call);
         }
+    }
+
+    /// Every call the agent left open, marked `failed`.
+    fn failed_open_tools(&mut self) -> Vec<EventBody> {
+        std::mem::take(&mut self.open_tools)
+            .into_iter()
+            .map(|mut call| {
+                call.status = ToolStatus::Failed;
+                // Previews already journaled stay (a later update without one keeps them).
+                call.input_preview = None;
+                call.output_preview = None;
+                EventBody::Tool(call)
+            })
+            .collect()
+    }
+
+    /// What [`Emitter::flush`] and [`Emitter::fail_open_tools`] would journal, in that order,
+    /// handed back instead, for the turn's end to journal in its own step.
+    fn take_tail(&mut self) -> Vec<EventBody> {
+        let mut tail = std::mem::take(&mut self.ready);
+        self.coalescer.flush(&mut tail);
+        tail.extend(self.failed_open_tools());
+        tail
     }
 
     fn delta(&mut self, kind: DeltaKind, delta: String) {

@@ -37,6 +37,15 @@ pub(super) struct Running {
     pub phase: watch::Receiver<Phase>,
 }
 
+/// How a turn ends: its state, its reply, why it failed, and its last events not journaled yet
+/// (journaled in the same step as the end).
+struct End {
+    state: TurnState,
+    text: String,
+    error: Option<String>,
+    tail: Vec<turnstream_protocol::EventBody>,
+}
+
 /// What the session loop does after a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum After {
@@ -259,8 +268,13 @@ impl Turns {
             self.journal_park(turn, fence.as_deref(), phase).await?;
             return Ok(After::Next);
         }
-        self.journal_end(turn, fence.as_deref(), state, emitted.text, error, phase)
-            .await?;
+        let end = End {
+            state,
+            text: emitted.text,
+            error,
+            tail: emitted.tail,
+        };
+        self.journal_end(turn, fence.as_deref(), end, phase).await?;
         Ok(After::Next)
     }
 
@@ -302,11 +316,15 @@ impl Turns {
         &self,
         turn: &TurnRow,
         fence: Option<&str>,
-        state: TurnState,
-        text: String,
-        error: Option<String>,
+        end: End,
         phase: &watch::Sender<Phase>,
     ) -> Result<()> {
+        let End {
+            state,
+            text,
+            error,
+            tail,
+        } = end;
         let mut backoff = RETRY;
         loop {
             let ended = match fence {
@@ -318,12 +336,20 @@ impl Turns {
                             text.clone(),
                             error.clone(),
                             &[TurnState::Running],
+                            tail.clone(),
                         )
                         .await
                 }
                 Some(token) => {
                     self.journal
-                        .end_fenced_turn(&turn.turn_id, token, state, text.clone(), error.clone())
+                        .end_fenced_turn(
+                            &turn.turn_id,
+                            token,
+                            state,
+                            text.clone(),
+                            error.clone(),
+                            tail.clone(),
+                        )
                         .await
                 }
             };

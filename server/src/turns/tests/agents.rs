@@ -184,6 +184,118 @@ async fn a_refused_end_is_retried_and_lands_once(kind: Kind) -> TestResult {
     Ok(())
 }
 
+/// The deltas still merging when the agent returns, and the tool calls it left open, go in
+/// the end's own commit, in the order they would have been journaled: a short turn's end costs
+/// no commit of its own, and every subscriber gets them in one write.
+async fn a_turns_last_events_go_in_its_ends_commit(kind: Kind) -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    // A window the paused clock never reaches: what merges stays held until the end.
+    let turns = bed.turns_merging(mode(kind, agent), Duration::from_secs(3600));
+    turns.start().await?;
+    let t = bed.post(&turns, "s", "hi").await?;
+    let act = next(&mut acts).await;
+    act.sink.response("a");
+    act.sink.response("b");
+    act.sink.tool(turnstream_protocol::ToolCall {
+        call_id: "call_1".into(),
+        name: "search".into(),
+        status: turnstream_protocol::ToolStatus::Started,
+        input_preview: None,
+        output_preview: None,
+    });
+    act.complete("c");
+    bed.wait_ended(&t).await;
+    assert_eq!(bed.state(&t).await?, TurnState::Completed);
+    assert_eq!(bed.text(&t).await?, "abc");
+    let events: Vec<Committed> = bed
+        .events
+        .borrow()
+        .iter()
+        .filter(|e| e.turn_id.as_deref() == Some(t.as_str()))
+        .cloned()
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message_received",
+            "turn_queued",
+            "turn_started",
+            "response_delta",
+            "tool",
+            "response_delta",
+            "tool",
+            "turn_ended"
+        ]
+    );
+    assert!(
+        events[5].data.contains(r#""delta":"c""#),
+        "{}",
+        events[5].data
+    );
+    assert!(events[6].data.contains(r#""failed""#), "{}", events[6].data);
+    let end = bed.commit_of(events[7].seq);
+    assert!(end.is_some());
+    for e in &events[5..7] {
+        assert_eq!(
+            bed.commit_of(e.seq),
+            end,
+            "{} is not in the end's commit",
+            e.kind
+        );
+    }
+    // What went before the tool was journaled as it came.
+    assert_ne!(bed.commit_of(events[3].seq), end);
+    Ok(())
+}
+
+/// A turn's end refused by the storage is retried with its last deltas: they land once, with
+/// the end, and the reply is exactly their concatenation.
+async fn a_refused_end_keeps_the_turns_last_deltas(kind: Kind) -> TestResult {
+    let bed = Bed::new()?;
+    let (agent, mut acts) = puppet();
+    let turns = bed.turns_merging(mode(kind, agent), Duration::from_secs(3600));
+    turns.start().await?;
+    let t = bed.post(&turns, "s", "hi").await?;
+    let act = next(&mut acts).await;
+    act.sink.response("held ");
+    let lock = bed.lock_writes()?;
+    act.complete("back");
+    bed.wait_failing().await;
+    within("the end is retried", async {
+        while bed
+            .journal
+            .metrics()
+            .turn_end_retries
+            .load(Ordering::Relaxed)
+            == 0
+        {
+            real_pause().await;
+        }
+    })
+    .await;
+    assert_eq!(bed.state(&t).await?, TurnState::Running);
+    drop(lock);
+    bed.advance(RETRY.wait()).await;
+    bed.wait_ended(&t).await;
+    assert_eq!(bed.state(&t).await?, TurnState::Completed);
+    assert_eq!(bed.text(&t).await?, "held back");
+    bed.advance(Duration::from_secs(5)).await;
+    settle(&bed).await?;
+    assert_eq!(
+        bed.kinds(&t),
+        [
+            "message_received",
+            "turn_queued",
+            "turn_started",
+            "response_delta",
+            "turn_ended"
+        ]
+    );
+    Ok(())
+}
+
 macro_rules! each_kind {
     ($($name:ident),* $(,)?) => {
         mod local {
@@ -211,6 +323,8 @@ each_kind!(
     a_cancelled_running_turn_ends_cancelled_with_its_text,
     shutdown_lets_running_turns_finish_then_interrupts_the_rest,
     a_refused_end_is_retried_and_lands_once,
+    a_turns_last_events_go_in_its_ends_commit,
+    a_refused_end_keeps_the_turns_last_deltas,
 );
 
 /// One node: a lease an earlier run left (its worker mode, say) ends at start, as nothing here

@@ -76,12 +76,16 @@ async fn real_pause() {
     let _ = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(5))).await;
 }
 
-/// What the journal committed, in order.
-struct Recorder(watch::Sender<Vec<Committed>>);
+/// What the journal committed, in order, and which events each commit held.
+struct Recorder {
+    events: watch::Sender<Vec<Committed>>,
+    commits: Arc<std::sync::Mutex<Vec<Vec<i64>>>>,
+}
 
 impl FanOut for Recorder {
     fn committed(&self, _epoch: &str, events: Vec<Committed>) {
-        self.0.send_modify(|all| all.extend(events));
+        crate::mutex::lock(&self.commits).push(events.iter().map(|e| e.seq).collect());
+        self.events.send_modify(|all| all.extend(events));
     }
     fn floor_raised(&self, _session_id: &str, _floor: i64) {}
     fn unsure_through(&self, _seq: i64) {}
@@ -158,6 +162,8 @@ struct Bed {
     clock: Clock,
     journal: Journal,
     events: watch::Receiver<Vec<Committed>>,
+    /// The seqs of each commit's events, one entry per commit.
+    commits: Arc<std::sync::Mutex<Vec<Vec<i64>>>>,
     _hold: Hold,
 }
 
@@ -168,6 +174,7 @@ impl Bed {
         let path = dir.path().join("turns.db");
         let clock = Clock::manual(START_MS);
         let (tx, events) = watch::channel(Vec::new());
+        let commits = Arc::new(std::sync::Mutex::new(Vec::new()));
         let journal = Journal::open_with(
             &path,
             Arc::new(Metrics::default()),
@@ -177,7 +184,10 @@ impl Bed {
                 clock: clock.clone(),
                 ..Default::default()
             },
-            Arc::new(Recorder(tx)),
+            Arc::new(Recorder {
+                events: tx,
+                commits: commits.clone(),
+            }),
         )?;
         Ok(Bed {
             _dir: dir,
@@ -185,16 +195,22 @@ impl Bed {
             clock,
             journal,
             events,
+            commits,
             _hold: hold,
         })
     }
 
     fn turns(&self, mode: Mode) -> Arc<Turns> {
+        self.turns_merging(mode, Duration::ZERO)
+    }
+
+    /// Turns whose deltas merge for `window` (a turn's runner holds them back meanwhile).
+    fn turns_merging(&self, mode: Mode, window: Duration) -> Arc<Turns> {
         Turns::new(
             self.journal.clone(),
             mode,
             TurnsConfig {
-                coalesce: Duration::ZERO,
+                coalesce: window,
                 max_concurrent_turns: 8,
                 max_turns_per_client: 8,
             },
@@ -254,6 +270,13 @@ impl Bed {
     async fn wait_ended(&self, turn: &str) {
         self.wait_events(&format!("turn {turn} ends"), |all| ends(all, turn) > 0)
             .await;
+    }
+
+    /// The commit that held the event `seq`, by its place among the commits.
+    fn commit_of(&self, seq: i64) -> Option<usize> {
+        crate::mutex::lock(&self.commits)
+            .iter()
+            .position(|c| c.contains(&seq))
     }
 
     fn ends(&self, turn: &str) -> usize {
