@@ -29,6 +29,19 @@ impl Committed {
     }
 }
 
+impl From<EventRow<'_>> for Committed {
+    fn from(e: EventRow<'_>) -> Committed {
+        Committed {
+            seq: e.seq,
+            session_id: e.session_id.to_owned(),
+            turn_id: e.turn_id.map(str::to_owned),
+            ts: e.ts,
+            kind: e.kind.to_owned(),
+            data: e.data.to_owned(),
+        }
+    }
+}
+
 /// Where committed events go.
 pub trait FanOut: Send + Sync {
     /// Events of journal `epoch` that committed, in id order, with no id left out that a reader

@@ -563,14 +563,7 @@ impl Sql for PgClient {
         each: &mut dyn FnMut(EventRow<'_>) -> Result<()>,
     ) -> Result<()> {
         for row in self.rows(sql, params)? {
-            each(EventRow {
-                seq: row.try_get(0)?,
-                session_id: row.try_get(1)?,
-                turn_id: row.try_get(2)?,
-                ts: row.try_get(3)?,
-                kind: row.try_get(4)?,
-                data: row.try_get(5)?,
-            })?;
+            each(event_row(&row)?)?;
         }
         Ok(())
     }
@@ -588,4 +581,17 @@ impl Sql for PgClient {
     fn backend(&self) -> Backend {
         Backend::Postgres
     }
+}
+
+/// The event of a row whose columns are `id, session_id, turn_id, ts, kind, data` (every query
+/// of the events table that reads them back: the journal's reads and its tail).
+pub(super) fn event_row(row: &tokio_postgres::Row) -> Result<EventRow<'_>, tokio_postgres::Error> {
+    Ok(EventRow {
+        seq: row.try_get(0)?,
+        session_id: row.try_get(1)?,
+        turn_id: row.try_get(2)?,
+        ts: row.try_get(3)?,
+        kind: row.try_get(4)?,
+        data: row.try_get(5)?,
+    })
 }

@@ -32,6 +32,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
+use super::client::event_row;
 use super::{with_causes, Target};
 use crate::journal::{Committed, FanOut};
 use crate::metrics::Metrics;
@@ -178,15 +179,8 @@ async fn read_after(
         )
         .await?;
     let mut events = Vec::with_capacity(rows.len());
-    for row in rows {
-        events.push(Committed {
-            seq: row.try_get(0)?,
-            session_id: row.try_get(1)?,
-            turn_id: row.try_get(2)?,
-            ts: row.try_get(3)?,
-            kind: row.try_get(4)?,
-            data: row.try_get(5)?,
-        });
+    for row in &rows {
+        events.push(Committed::from(event_row(row)?));
     }
     Ok(events)
 }
