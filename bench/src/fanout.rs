@@ -56,7 +56,8 @@ pub const HUB_STAGE: &str = "hub";
 
 /// The stages turnstream times, in the order a publish goes through them: the histogram, and
 /// what the report calls it.
-const STAGES: [(&str, &str); 5] = [
+const STAGES: [(&str, &str); 6] = [
+    ("turnstream_message_request_seconds", "request"),
     ("turnstream_writer_wait_seconds", "writer wake-up"),
     ("turnstream_commit_statements_seconds", "statements"),
     ("turnstream_commit_seconds", "commit and fsync"),

@@ -587,7 +587,7 @@ fn fanout_cell(r: Result<fanout::Fanout>) -> (String, f64) {
                 }
                 let _ = write!(
                     c,
-                    " the rest of the p50 (the POST's HTTP, the socket, the reader) {} ms",
+                    " the rest of the p50 (the POST before the server's handling, the stream's socket write, the reader) {} ms",
                     ms((p50 - inside).max(0.0) as u64)
                 );
                 if let Some(w) = f.writes_per_message {

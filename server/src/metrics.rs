@@ -64,8 +64,9 @@ pub struct Metrics {
     pub events_appended: AtomicU64,
     pub append_latency: Histogram,
     pub batch_size: Histogram,
-    /// The stages of a publish, from a write's enqueue to its stream taking its frames (see
+    /// The stages of a publish, from a message's arrival to its stream taking its frames (see
     /// [`Metrics::render`] for each).
+    pub message_request: Histogram,
     pub writer_wait: Histogram,
     pub batch_statements: Histogram,
     pub commit_time: Histogram,
@@ -99,6 +100,7 @@ impl Default for Metrics {
             events_appended: AtomicU64::new(0),
             append_latency: Histogram::new(LATENCY_BOUNDS),
             batch_size: Histogram::new(BATCH_BOUNDS),
+            message_request: Histogram::new(STAGE_BOUNDS),
             writer_wait: Histogram::new(STAGE_BOUNDS),
             batch_statements: Histogram::new(STAGE_BOUNDS),
             commit_time: Histogram::new(STAGE_BOUNDS),
@@ -176,6 +178,11 @@ impl Metrics {
             &mut out,
             "turnstream_commit_batch_size",
             "Writes committed together by one group commit.",
+        );
+        self.message_request.render(
+            &mut out,
+            "turnstream_message_request_seconds",
+            "Time from a message POST's arrival to its write handed to the journal writer (the middleware, the body read, its checks).",
         );
         self.writer_wait.render(
             &mut out,

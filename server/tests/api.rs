@@ -386,6 +386,7 @@ async fn turn_status_health_readiness_and_metrics() -> TestResult {
         "turnstream_events_appended_total ",
         "turnstream_append_latency_seconds_bucket",
         "turnstream_commit_batch_size_bucket",
+        "turnstream_message_request_seconds_bucket",
         "turnstream_writer_wait_seconds_bucket",
         "turnstream_commit_statements_seconds_bucket",
         "turnstream_commit_seconds_bucket",
@@ -401,6 +402,7 @@ async fn turn_status_health_readiness_and_metrics() -> TestResult {
     let appended = s.counter("turnstream_events_appended_total").await?;
     assert!(appended >= 5.0);
     for stage in [
+        "turnstream_message_request_seconds_count",
         "turnstream_writer_wait_seconds_count",
         "turnstream_commit_statements_seconds_count",
         "turnstream_commit_seconds_count",

@@ -10,6 +10,7 @@ use turnstream_protocol::attachment::{check_attachments, AttachmentError};
 use turnstream_protocol::limits::MAX_CONTENT_BYTES;
 use turnstream_protocol::{OnBusy, PostMessageRequest};
 
+use super::arrival::Arrived;
 use super::{access, admit_turn_write, body_id, id_param, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope, MAX_SUB_BYTES};
 use crate::journal::{Admission, NewMessage};
@@ -18,6 +19,7 @@ pub(super) async fn post_message(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     peer: Peer,
+    arrived: Option<Extension<Arrived>>,
     session: Result<Path<String>, PathRejection>,
     body: Result<Json<PostMessageRequest>, JsonRejection>,
 ) -> Result<Response, AppError> {
@@ -70,6 +72,11 @@ pub(super) async fn post_message(
         Err(refused) => return Ok(*refused),
     };
     let on_busy = req.on_busy.unwrap_or_default();
+    if let Some(Extension(Arrived(at))) = arrived {
+        // The request's own stage of a publish: from its arrival to its write handed on.
+        let metrics = state.journal.metrics();
+        metrics.message_request.observe(at.elapsed().as_secs_f64());
+    }
     let accepted = state
         .journal
         .accept_message(

@@ -2,6 +2,7 @@
 //! through the journal's and turn execution's ([`crate::turns`]) APIs.
 
 mod access;
+mod arrival;
 mod batch;
 mod branches;
 mod error;
@@ -138,6 +139,8 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
         app = app.layer(cors);
     }
     app.layer(axum::middleware::from_fn(request_log::log_request))
+        // Outermost: a request's arrival is stamped before anything else runs.
+        .layer(axum::middleware::from_fn(arrival::stamp))
 }
 
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
