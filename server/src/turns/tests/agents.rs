@@ -149,18 +149,7 @@ async fn a_refused_end_is_retried_and_lands_once(kind: Kind) -> TestResult {
     let lock = bed.lock_writes()?;
     let _ = act.end.send(Ok(()));
     bed.wait_failing().await;
-    within("the end is retried", async {
-        while bed
-            .journal
-            .metrics()
-            .turn_end_retries
-            .load(Ordering::Relaxed)
-            == 0
-        {
-            real_pause().await;
-        }
-    })
-    .await;
+    bed.wait_end_retried().await;
     // A cancel meanwhile says the storage refuses the end, rather than answering "cancelled".
     let refused = turns.cancel(&s1).await;
     assert!(
@@ -263,18 +252,7 @@ async fn a_refused_end_keeps_the_turns_last_deltas(kind: Kind) -> TestResult {
     let lock = bed.lock_writes()?;
     act.complete("back");
     bed.wait_failing().await;
-    within("the end is retried", async {
-        while bed
-            .journal
-            .metrics()
-            .turn_end_retries
-            .load(Ordering::Relaxed)
-            == 0
-        {
-            real_pause().await;
-        }
-    })
-    .await;
+    bed.wait_end_retried().await;
     assert_eq!(bed.state(&t).await?, TurnState::Running);
     drop(lock);
     bed.advance(RETRY.wait()).await;

@@ -319,6 +319,22 @@ impl Bed {
         })
         .await;
     }
+
+    /// Until a turn's end, refused by the storage, has been tried again.
+    async fn wait_end_retried(&self) {
+        within("the end is retried", async {
+            while self
+                .journal
+                .metrics()
+                .turn_end_retries
+                .load(Ordering::Relaxed)
+                == 0
+            {
+                real_pause().await;
+            }
+        })
+        .await;
+    }
 }
 
 fn ends(all: &[Committed], turn: &str) -> usize {
