@@ -8,10 +8,16 @@
 //! [`LEAVING`]), which the next load and the next write join in (the write then deletes it), so
 //! a tab that is behind another cannot overwrite what the other stored.
 //!
+//! That leaving write must not wait behind a transaction the page still has open (a timer's
+//! write reading the record when the reload comes): a transaction queued behind another is
+//! aborted, unstarted, when the page's connection closes. So the page aborts what it has open
+//! (a write whose view the leaving record carries anyway) before it writes.
+//!
 //! The record is the JSON of [`CacheRecord`] (see [`crate::codec`]), stored as a string.
 
 use crate::browser::{deferred, listener};
 use js_sys::Reflect;
+use std::cell::RefCell;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{IdbDatabase, IdbFactory, IdbRequest, IdbTransaction, IdbTransactionMode};
@@ -31,7 +37,32 @@ const LEAVING: &str = "|leaving";
 
 pub(crate) enum Storage {
     Memory,
-    IndexedDb { db: IdbDatabase, key: String },
+    IndexedDb {
+        db: IdbDatabase,
+        key: String,
+        /// The transactions this page has open, aborted when it goes away (see the module's
+        /// docs).
+        open: RefCell<Vec<IdbTransaction>>,
+    },
+}
+
+/// A transaction listed in `open` while it lives (until its future ends or is dropped).
+struct Open<'a> {
+    open: &'a RefCell<Vec<IdbTransaction>>,
+    tx: IdbTransaction,
+}
+
+impl<'a> Open<'a> {
+    fn new(open: &'a RefCell<Vec<IdbTransaction>>, tx: IdbTransaction) -> Self {
+        open.borrow_mut().push(tx.clone());
+        Open { open, tx }
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.open.borrow_mut().retain(|t| t != &self.tx);
+    }
 }
 
 /// Resolves once `req` succeeded (with its result) or failed.
@@ -93,6 +124,7 @@ impl Storage {
         Some(Storage::IndexedDb {
             db: db.ok()?.unchecked_into(),
             key: crate::cat(&[base_url, "|", session_id]),
+            open: RefCell::default(),
         })
     }
 
@@ -103,10 +135,12 @@ impl Storage {
     /// The session's records: what the tabs' writes joined, and what a page that went away
     /// wrote beside it (join them all).
     pub(crate) async fn load(&self) -> Result<Vec<CacheRecord>, String> {
-        let Storage::IndexedDb { db, key } = self else {
+        let Storage::IndexedDb { db, key, open } = self else {
             return Ok(Vec::new());
         };
         let tx = db.transaction_with_str(STORE).map_err(|e| describe(&e))?;
+        let tx = Open::new(open, tx);
+        let tx = &tx.tx;
         let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
         let mut records = Vec::new();
         for k in [key.clone(), crate::cat(&[key, LEAVING])] {
@@ -123,12 +157,14 @@ impl Storage {
     /// Writes the join of `conv` and what is stored (the record a leaving page wrote included,
     /// which is then deleted: it is in the join).
     pub(crate) async fn save(&self, conv: &Conversation) -> Result<(), String> {
-        let Storage::IndexedDb { db, key } = self else {
+        let Storage::IndexedDb { db, key, open } = self else {
             return Ok(());
         };
         let tx = db
             .transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite)
             .map_err(|e| describe(&e))?;
+        let tx = Open::new(open, tx);
+        let tx = &tx.tx;
         let store = tx.object_store(STORE).map_err(|e| describe(&e))?;
         let leaving = JsValue::from_str(&crate::cat(&[key, LEAVING]));
         let key = JsValue::from_str(key);
@@ -151,7 +187,7 @@ impl Storage {
             store.delete(&leaving).map_err(|e| describe(&e))?;
         }
         done(&req).await?;
-        committed(&tx).await
+        committed(tx).await
     }
 }
 
@@ -160,9 +196,15 @@ impl Storage {
     /// awaited would run any more. It goes to the leaving page's own record, never over the
     /// joined one, which may hold what other tabs showed and this one missed.
     pub(crate) fn put_now(&self, conv: &Conversation) -> Result<(), String> {
-        let Storage::IndexedDb { db, key } = self else {
+        let Storage::IndexedDb { db, key, open } = self else {
             return Ok(());
         };
+        // What is still open would hold this write back until the connection closes with the
+        // page, and the write with it. (A transaction already committing cannot be aborted,
+        // and does not hold anything back for long.)
+        for tx in open.borrow_mut().drain(..) {
+            let _ = tx.abort();
+        }
         let tx = db
             .transaction_with_str_and_mode(STORE, IdbTransactionMode::Readwrite)
             .map_err(|e| describe(&e))?;
