@@ -57,34 +57,31 @@ impl Journal {
     /// continuation: it started before it waited). False if it is no longer queued.
     pub async fn start_turn(&self, turn_id: &str) -> Result<bool> {
         let turn_id = turn_id.to_string();
-        self.write(move |ctx| {
-            let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
+        self.write(move |ctx| start_turn_in(ctx, &turn_id).map(|t| t.is_some()))
+            .await
+    }
+
+    /// Queues a turn's start with its first events after it, in one step (one commit): a turn
+    /// whose runner took it while it was still queued, so that its start costs no commit of
+    /// its own. False, with nothing written, if the turn is no longer queued (cancelled
+    /// meanwhile); `refused` is then cancelled as soon as that is known, before the commit.
+    pub(crate) fn submit_turn_start(
+        &self,
+        turn_id: &str,
+        first: Vec<EventBody>,
+        refused: tokio_util::sync::CancellationToken,
+    ) -> tokio::sync::oneshot::Receiver<Result<bool>> {
+        let turn_id = turn_id.to_string();
+        self.submit(move |ctx| {
+            let Some(turn) = start_turn_in(ctx, &turn_id)? else {
+                refused.cancel();
                 return Ok(false);
             };
-            if turn.state != TurnState::Queued {
-                return Ok(false);
-            }
-            if turn.resumes > 0 {
-                let n = ctx.conn.execute(
-                    "UPDATE turns SET state = 'running' WHERE turn_id = ?1 AND state = 'queued'",
-                    params![&turn_id],
-                )?;
-                return Ok(n == 1);
-            }
-            let seq = ctx.append(&turn.session_id, Some(&turn_id), |_| {
-                EventBody::TurnStarted {}
-            })?;
-            let n = ctx.conn.execute(
-                "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3
-                 WHERE turn_id = ?1 AND state = 'queued'",
-                params![&turn_id, ctx.now, seq],
-            )?;
-            if n != 1 {
-                return Err(Error::Corrupt("turn changed state during start".into()));
+            for body in first {
+                ctx.append(&turn.session_id, Some(&turn_id), |_| body)?;
             }
             Ok(true)
         })
-        .await
     }
 
     /// Queues one progress event of a running turn (thinking, tool, response delta).
@@ -98,6 +95,33 @@ impl Journal {
         let turn_id = turn_id.to_string();
         // One INSERT: a statement is atomic by itself, so it needs no savepoint of its own.
         self.submit_single_statement(move |ctx| ctx.append(&session_id, Some(&turn_id), |_| body))
+    }
+
+    /// [`Journal::submit_turn_event`] for a turn whose start is queued and not yet known
+    /// committed: the event is journaled only if the turn runs (a start refused, or lost with
+    /// its batch, leaves no event behind it). Returns 0, with nothing written, if it does not.
+    pub(crate) fn submit_started_turn_event(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        body: EventBody,
+    ) -> tokio::sync::oneshot::Receiver<Result<i64>> {
+        let session_id = session_id.to_string();
+        let turn_id = turn_id.to_string();
+        // A read, then one INSERT: no savepoint needed.
+        self.submit_single_statement(move |ctx| {
+            let running = ctx
+                .conn
+                .query_row(
+                    "SELECT 1 FROM turns WHERE turn_id = ?1 AND state = 'running'",
+                    params![&turn_id],
+                )?
+                .is_some();
+            if !running {
+                return Ok(0);
+            }
+            ctx.append(&session_id, Some(&turn_id), |_| body)
+        })
     }
 
     /// Queues the token usage an agent reported for a turn (kept on the turns projection, shown
@@ -136,6 +160,40 @@ impl Journal {
         let turn_id = turn_id.to_string();
         let ended = self
             .write(move |ctx| end_turn_in(ctx, &turn_id, state, text, error, from, tail))
+            .await?;
+        if ended.is_some() {
+            self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(ended)
+    }
+
+    /// [`Journal::end_turn`] of a turn whose runner took it while it was queued and never
+    /// journaled its start: its start, its `tail` and its end in one step. `None`, with nothing
+    /// written, if the turn is no longer queued (cancelled meanwhile: that ended it).
+    pub async fn start_and_end_turn(
+        &self,
+        turn_id: &str,
+        state: TurnState,
+        text: String,
+        error: Option<String>,
+        tail: Vec<EventBody>,
+    ) -> Result<Option<Message>> {
+        let turn_id = turn_id.to_string();
+        let ended = self
+            .write(move |ctx| {
+                if start_turn_in(ctx, &turn_id)?.is_none() {
+                    return Ok(None);
+                }
+                end_turn_in(
+                    ctx,
+                    &turn_id,
+                    state,
+                    text,
+                    error,
+                    &[TurnState::Running],
+                    tail,
+                )
+            })
             .await?;
         if ended.is_some() {
             self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
@@ -189,6 +247,36 @@ impl Journal {
             .fetch_add(interrupted as u64, Ordering::Relaxed);
         Ok((interrupted, repaired))
     }
+}
+
+/// Moves a queued turn to running and journals `turn_started` (not again for a continuation:
+/// it started before it waited). The turn as it was, or `None` if it is no longer queued.
+fn start_turn_in(ctx: &mut WriteCtx<'_>, turn_id: &str) -> Result<Option<TurnRow>> {
+    let Some(turn) = turn_by_id(ctx.conn, turn_id)? else {
+        return Ok(None);
+    };
+    if turn.state != TurnState::Queued {
+        return Ok(None);
+    }
+    if turn.resumes > 0 {
+        let n = ctx.conn.execute(
+            "UPDATE turns SET state = 'running' WHERE turn_id = ?1 AND state = 'queued'",
+            params![turn_id],
+        )?;
+        return Ok((n == 1).then_some(turn));
+    }
+    let seq = ctx.append(&turn.session_id, Some(turn_id), |_| {
+        EventBody::TurnStarted {}
+    })?;
+    let n = ctx.conn.execute(
+        "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3
+         WHERE turn_id = ?1 AND state = 'queued'",
+        params![turn_id, ctx.now, seq],
+    )?;
+    if n != 1 {
+        return Err(Error::Corrupt("turn changed state during start".into()));
+    }
+    Ok(Some(turn))
 }
 
 pub(super) fn end_turn_in(

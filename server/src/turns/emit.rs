@@ -1,6 +1,11 @@
 //! Journaling what an agent emits during a turn, in order: deltas merged by the
 //! [`Coalescer`] for the coalescing window, tool calls the agent left open marked `failed` once it
 //! can emit no more, and, on a shared journal, every write fenced by the turn's lease.
+//!
+//! A turn taken while still queued (a server of its own journal, with a coalescing window) has
+//! its start journaled here too, deferred like a delta: with its first events, at the latest a
+//! window after the agent began, or else with its end, so a short turn costs no commit (and no
+//! write to each subscriber) for its start.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -26,6 +31,29 @@ pub(super) struct Emitted {
     /// The turn's last events, not journaled yet: the deltas still merging when the agent
     /// stopped, then the tool calls it left open, marked `failed`. They go with the turn's end.
     pub tail: Vec<EventBody>,
+    /// Where the turn's start stands.
+    pub start: Start,
+}
+
+/// A turn's start, as the emitter leaves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Start {
+    /// Journaled (before the agent ran, or here with the turn's first events).
+    Journaled,
+    /// Not journaled yet: it goes with the turn's end.
+    WithEnd,
+    /// The turn was no longer queued (cancelled meanwhile): nothing of it was journaled.
+    Refused,
+    /// The storage refused it: the turn is still queued.
+    Failed(String),
+}
+
+/// A deferred start, while it is not known committed.
+enum Deferred {
+    /// Not submitted yet.
+    Due,
+    /// Submitted, with the turn's first events.
+    Submitted(oneshot::Receiver<Result<bool>>),
 }
 
 /// Journals a turn's emissions in order, merging consecutive deltas of one kind for `window`,
@@ -36,7 +64,8 @@ pub(super) async fn emit(
     mut stop: oneshot::Receiver<()>,
     window: Duration,
 ) -> Emitted {
-    let mut deadline: Option<Instant> = None;
+    // A deferred start is due a window after the agent began, if nothing comes before.
+    let mut deadline: Option<Instant> = out.start.as_ref().map(|_| Instant::now() + window);
     let mut stopping = false;
     loop {
         let item = if stopping {
@@ -54,6 +83,10 @@ pub(super) async fn emit(
                 },
                 _ = sleep_until(deadline) => {
                     out.flush();
+                    // A deferred start is due now, even with nothing to go with it.
+                    if matches!(out.start, Some(Deferred::Due)) {
+                        out.start_with(Vec::new());
+                    }
                     deadline = None;
                     None
                 }
@@ -74,6 +107,13 @@ pub(super) async fn emit(
             }
             Emission::Request(request) => {
                 out.flush();
+                if matches!(out.start, Some(Deferred::Due)) {
+                    out.start_with(Vec::new());
+                }
+                // The request is not fenced by the start: it waits until the start is known.
+                if !out.confirm_start().await {
+                    continue;
+                }
                 let write = out.journal.submit_input_request(
                     &out.session,
                     &out.turn,
@@ -90,7 +130,7 @@ pub(super) async fn emit(
         }
         if window.is_zero() {
             out.flush();
-        } else if !out.coalescer.is_merging() {
+        } else if !out.coalescer.is_merging() && !matches!(out.start, Some(Deferred::Due)) {
             deadline = None;
         } else if deadline.is_none() {
             deadline = Some(Instant::now() + window);
@@ -105,6 +145,11 @@ pub(super) async fn emit(
     } else {
         out.take_tail()
     };
+    let start = match out.start.take() {
+        None => out.refused.clone().unwrap_or(Start::Journaled),
+        Some(Deferred::Due) => Start::WithEnd,
+        Some(Deferred::Submitted(rx)) => known(rx.await.map_err(drop)),
+    };
     for rx in std::mem::take(&mut out.inflight) {
         match rx.await {
             Ok(Ok(_)) => {}
@@ -117,6 +162,17 @@ pub(super) async fn emit(
         error: out.error,
         requests: out.requests,
         tail,
+        start,
+    }
+}
+
+/// What a submitted start's answer says (`Err`: the journal closed without one).
+fn known(answer: std::result::Result<Result<bool>, ()>) -> Start {
+    match answer {
+        Ok(Ok(true)) => Start::Journaled,
+        Ok(Ok(false)) => Start::Refused,
+        Ok(Err(e)) => Start::Failed(e.to_string()),
+        Err(()) => Start::Failed("journal closed".into()),
     }
 }
 
@@ -149,6 +205,13 @@ pub(super) struct Emitter {
     /// On a shared journal: the turn's lease token, and what to cancel once a write finds the
     /// lease lost.
     fence: Option<(String, CancellationToken)>,
+    /// The turn's start, while it is deferred and not known committed (see the module's docs).
+    start: Option<Deferred>,
+    /// Set once the deferred start is known refused or failed: what the agent emits from then
+    /// on is dropped.
+    refused: Option<Start>,
+    /// Stops the agent once its start is refused or failed.
+    stop_agent: CancellationToken,
 }
 
 impl Emitter {
@@ -159,6 +222,30 @@ impl Emitter {
         fence: Option<(String, CancellationToken)>,
         text: String,
     ) -> Emitter {
+        Emitter::with_start(journal, session, turn, fence, text, None)
+    }
+
+    /// An emitter that also journals the turn's start (see the module's docs); `stop_agent` is
+    /// cancelled if the start is refused or fails.
+    pub(super) fn deferring_start(
+        journal: Journal,
+        session: String,
+        turn: String,
+        text: String,
+        stop_agent: CancellationToken,
+    ) -> Emitter {
+        Emitter::with_start(journal, session, turn, None, text, Some(stop_agent))
+    }
+
+    fn with_start(
+        journal: Journal,
+        session: String,
+        turn: String,
+        fence: Option<(String, CancellationToken)>,
+        text: String,
+        stop_agent: Option<CancellationToken>,
+    ) -> Emitter {
+        let start = stop_agent.is_some().then_some(Deferred::Due);
         Emitter {
             journal,
             session,
@@ -171,6 +258,47 @@ impl Emitter {
             error: None,
             open_tools: Vec::new(),
             fence,
+            start,
+            refused: None,
+            stop_agent: stop_agent.unwrap_or_default(),
+        }
+    }
+
+    /// Submits the deferred start with the turn's first events, in one step.
+    fn start_with(&mut self, first: Vec<EventBody>) {
+        // A refusal stops the agent at once, from the writer.
+        let write = self
+            .journal
+            .submit_turn_start(&self.turn, first, self.stop_agent.clone());
+        self.start = Some(Deferred::Submitted(write));
+    }
+
+    /// Waits until a deferred start is known: true if the turn runs (or nothing was deferred).
+    async fn confirm_start(&mut self) -> bool {
+        if let Some(Deferred::Submitted(rx)) = self.start.take() {
+            self.known(known(rx.await.map_err(drop)));
+        }
+        self.refused.is_none()
+    }
+
+    /// Looks, without waiting, whether a submitted start is known yet.
+    fn poll_start(&mut self) {
+        if let Some(Deferred::Submitted(rx)) = &mut self.start {
+            let outcome = match rx.try_recv() {
+                Err(oneshot::error::TryRecvError::Empty) => return,
+                Err(oneshot::error::TryRecvError::Closed) => Err(()),
+                Ok(r) => Ok(r),
+            };
+            self.start = None;
+            self.known(known(outcome));
+        }
+    }
+
+    /// The start is known: if refused or failed, the agent stops and nothing more is journaled.
+    fn known(&mut self, start: Start) {
+        if start != Start::Journaled {
+            self.refused = Some(start);
+            self.stop_agent.cancel();
         }
     }
 
@@ -212,6 +340,9 @@ impl Emitter {
     /// What [`Emitter::flush`] and [`Emitter::fail_open_tools`] would journal, in that order,
     /// handed back instead, for the turn's end to journal in its own step.
     fn take_tail(&mut self) -> Vec<EventBody> {
+        if self.refused.is_some() {
+            return Vec::new();
+        }
         let mut tail = std::mem::take(&mut self.ready);
         self.coalescer.flush(&mut tail);
         tail.extend(self.failed_open_tools());
@@ -234,6 +365,9 @@ impl Emitter {
     }
 
     fn submit_ready(&mut self, mut ready: Vec<EventBody>) {
+        if !ready.is_empty() && matches!(self.start, Some(Deferred::Due)) {
+            self.start_with(ready.split_off(0));
+        }
         for body in ready.drain(..) {
             self.submit(body);
         }
@@ -241,6 +375,14 @@ impl Emitter {
     }
 
     fn submit(&mut self, body: EventBody) {
+        if let Some(Deferred::Due) = self.start {
+            self.start_with(vec![body]);
+            return;
+        }
+        self.poll_start();
+        if self.refused.is_some() {
+            return;
+        }
         // Collect finished writes as we go so the queue stays short on long turns. Writes from
         // one emitter commit in order, so only the front can be done.
         while let Some(front) = self.inflight.front_mut() {
@@ -255,6 +397,11 @@ impl Emitter {
             self.inflight.pop_front();
         }
         let write = match &self.fence {
+            // Behind a start not known committed, an event is written only if the turn runs.
+            None if self.start.is_some() => {
+                self.journal
+                    .submit_started_turn_event(&self.session, &self.turn, body)
+            }
             None => self
                 .journal
                 .submit_turn_event(&self.session, &self.turn, body),

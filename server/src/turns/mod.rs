@@ -190,6 +190,11 @@ impl Turns {
         if matches!(turn.state, TurnState::Queued | TurnState::Waiting)
             && self.cancel_idle(&turn).await?
         {
+            // A runner here may have taken it with its start not journaled yet (see
+            // `emit`): its agent stops now rather than at that start.
+            if let Some(running) = lock(&self.running).get(turn_id) {
+                running.cancel.cancel();
+            }
             return Ok(TurnState::Cancelled);
         }
         let here = lock(&self.running).contains_key(turn_id);

@@ -9,7 +9,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use turnstream_protocol::TurnState;
 
-use super::emit::{emit, Emitter};
+use super::emit::{emit, Emitter, Start};
 use super::lease::{keep_lease, Node};
 use super::mode::Claimer;
 use super::{Turns, AGENT_HISTORY, RETRY};
@@ -38,12 +38,13 @@ pub(super) struct Running {
 }
 
 /// How a turn ends: its state, its reply, why it failed, and its last events not journaled yet
-/// (journaled in the same step as the end).
+/// (journaled in the same step as the end), after its start if that is not journaled yet.
 struct End {
     state: TurnState,
     text: String,
     error: Option<String>,
     tail: Vec<turnstream_protocol::EventBody>,
+    with_start: bool,
 }
 
 /// What the session loop does after a turn.
@@ -160,7 +161,12 @@ impl Turns {
         cancel: CancellationToken,
         phase: &watch::Sender<Phase>,
     ) -> Result<After> {
+        // A turn of this server's own journal is started by its emitter, with its first events
+        // or its end (one commit fewer), when there is a window to defer it by; a continuation
+        // was started before it waited.
+        let deferred = lease.is_none() && turn.resumes == 0 && !self.config.coalesce.is_zero();
         let lease = match lease {
+            None if deferred => None,
             None => {
                 if !self.journal.start_turn(&turn.turn_id).await? {
                     return Ok(After::Next); // cancelled while queued
@@ -221,18 +227,26 @@ impl Turns {
         };
         let (sink, rx) = TurnSink::channel();
         let (stop_tx, stop_rx) = oneshot::channel();
-        let emitter = tokio::spawn(emit(
+        let emitter = if deferred {
+            // A start refused (the turn was cancelled while queued) stops the agent as a lost
+            // lease does.
+            Emitter::deferring_start(
+                self.journal.clone(),
+                turn.session_id.clone(),
+                turn.turn_id.clone(),
+                text_so_far,
+                lost.clone(),
+            )
+        } else {
             Emitter::new(
                 self.journal.clone(),
                 turn.session_id.clone(),
                 turn.turn_id.clone(),
                 fence.clone().map(|token| (token, lost.clone())),
                 text_so_far,
-            ),
-            rx,
-            stop_rx,
-            self.config.coalesce,
-        ));
+            )
+        };
+        let emitter = tokio::spawn(emit(emitter, rx, stop_rx, self.config.coalesce));
         // The agent runs in a task of its own: a panic in it fails this turn, not the session's
         // loop, and cancelling aborts it.
         let agent = agent.clone();
@@ -256,6 +270,19 @@ impl Turns {
         let emitted = emitter
             .await
             .map_err(|_| Error::Corrupt("turn emitter panicked".into()))?;
+        let with_start = match emitted.start {
+            Start::Journaled => false,
+            Start::WithEnd => true,
+            // Cancelled while queued: that ended it, and nothing of this run was journaled.
+            Start::Refused => return Ok(After::Next),
+            // Still queued: it runs again after the session loop's pause.
+            Start::Failed(e) => {
+                return Err(Error::storage(
+                    StorageFault::Unavailable,
+                    format!("cannot start the turn: {e}"),
+                ))
+            }
+        };
         let (state, error) = match (outcome, emitted.error) {
             // Progress that could not be journaled is a storage fault: the turn cannot claim
             // completion, and its text may hold more than was sent. A cancel, an interruption
@@ -273,6 +300,7 @@ impl Turns {
             text: emitted.text,
             error,
             tail: emitted.tail,
+            with_start,
         };
         self.journal_end(turn, fence.as_deref(), end, phase).await?;
         Ok(After::Next)
@@ -324,10 +352,23 @@ impl Turns {
             text,
             error,
             tail,
+            with_start,
         } = end;
         let mut backoff = RETRY;
         loop {
             let ended = match fence {
+                // A retry of an end that did land finds the turn no longer queued: a no-op.
+                None if with_start => {
+                    self.journal
+                        .start_and_end_turn(
+                            &turn.turn_id,
+                            state,
+                            text.clone(),
+                            error.clone(),
+                            tail.clone(),
+                        )
+                        .await
+                }
                 None => {
                     self.journal
                         .end_turn(
