@@ -252,6 +252,10 @@ scenario("reconnectToStream answers null when nothing is in flight, and a stream
     // A turn in flight (queued behind a running one) is found by the same call.
     await server.post(session, "/sleep 3000 first");
     await server.post(session, "/echo second");
+    // What the call looks at is the page's view: wait until the stream has brought both there
+    // (before that, nothing is in flight as far as the page knows, and null is right).
+    await until("the page's view to hold both messages", () => page.evaluate(async (s) =>
+      (await window.transport.client(s)).state().messages.filter((m) => m.role === "user").length === 3, session));
     const kinds = await page.evaluate(async (s) => {
       const stream = await window.transport.reconnectToStream({ chatId: s });
       if (!stream) return null;
