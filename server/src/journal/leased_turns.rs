@@ -675,28 +675,21 @@ impl Journal {
     ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
         let token = token.to_string();
-        let ended = self
-            .write(move |ctx| {
-                if !holds(ctx.conn, &turn_id, &token, ctx.now)? {
-                    return Ok(None);
-                }
-                end_turn_in(
-                    ctx,
-                    &turn_id,
-                    state,
-                    text,
-                    error,
-                    &[TurnState::Running],
-                    tail,
-                )
-            })
-            .await?;
-        if ended.is_some() {
-            self.metrics()
-                .turns_ended
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(ended)
+        self.write_end(move |ctx| {
+            if !holds(ctx.conn, &turn_id, &token, ctx.now)? {
+                return Ok(None);
+            }
+            end_turn_in(
+                ctx,
+                &turn_id,
+                state,
+                text,
+                error,
+                &[TurnState::Running],
+                tail,
+            )
+        })
+        .await
     }
 
     /// Sessions whose next turn waits: queued turns and none running (their server may be gone).

@@ -158,9 +158,17 @@ impl Journal {
         tail: Vec<EventBody>,
     ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
-        let ended = self
-            .write(move |ctx| end_turn_in(ctx, &turn_id, state, text, error, from, tail))
-            .await?;
+        self.write_end(move |ctx| end_turn_in(ctx, &turn_id, state, text, error, from, tail))
+            .await
+    }
+
+    /// Runs `end`, a write that ends a turn or finds it ended already (`None`), and counts the
+    /// turn ended if it did.
+    pub(super) async fn write_end(
+        &self,
+        end: impl FnOnce(&mut WriteCtx<'_>) -> Result<Option<Message>> + Send + 'static,
+    ) -> Result<Option<Message>> {
+        let ended = self.write(end).await?;
         if ended.is_some() {
             self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
         }
@@ -179,26 +187,21 @@ impl Journal {
         tail: Vec<EventBody>,
     ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
-        let ended = self
-            .write(move |ctx| {
-                if start_turn_in(ctx, &turn_id)?.is_none() {
-                    return Ok(None);
-                }
-                end_turn_in(
-                    ctx,
-                    &turn_id,
-                    state,
-                    text,
-                    error,
-                    &[TurnState::Running],
-                    tail,
-                )
-            })
-            .await?;
-        if ended.is_some() {
-            self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(ended)
+        self.write_end(move |ctx| {
+            if start_turn_in(ctx, &turn_id)?.is_none() {
+                return Ok(None);
+            }
+            end_turn_in(
+                ctx,
+                &turn_id,
+                state,
+                text,
+                error,
+                &[TurnState::Running],
+                tail,
+            )
+        })
+        .await
     }
 
     /// After a crash: every turn left `running` ends `interrupted` with its partial text (a

@@ -82,11 +82,7 @@ pub(super) async fn emit(
                     None => break,
                 },
                 _ = sleep_until(deadline) => {
-                    out.flush();
-                    // A deferred start is due now, even with nothing to go with it.
-                    if matches!(out.start, Some(Deferred::Due)) {
-                        out.start_with(Vec::new());
-                    }
+                    out.flush_and_start();
                     deadline = None;
                     None
                 }
@@ -106,10 +102,7 @@ pub(super) async fn emit(
                 out.submit(EventBody::Tool(call));
             }
             Emission::Request(request) => {
-                out.flush();
-                if matches!(out.start, Some(Deferred::Due)) {
-                    out.start_with(Vec::new());
-                }
+                out.flush_and_start();
                 // The request is not fenced by the start: it waits until the start is known.
                 if !out.confirm_start().await {
                     continue;
@@ -261,6 +254,15 @@ impl Emitter {
             start,
             refused: None,
             stop_agent: stop_agent.unwrap_or_default(),
+        }
+    }
+
+    /// [`Emitter::flush`], and a deferred start still due goes now, even with nothing to go
+    /// with it.
+    fn flush_and_start(&mut self) {
+        self.flush();
+        if matches!(self.start, Some(Deferred::Due)) {
+            self.start_with(Vec::new());
         }
     }
 
