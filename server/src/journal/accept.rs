@@ -32,21 +32,34 @@ pub struct NewMessage {
     pub parent: Option<Option<String>>,
 }
 
+/// What counts a session's turns in flight, as a subquery of session `?1`.
+const ACTIVE_TURNS: &str = "(SELECT COUNT(*) FROM turns WHERE session_id = ?1
+    AND state IN ('queued', 'running', 'waiting'))";
+
 /// Refuses a new turn for `session` as `admission` says.
 pub(super) fn admit(conn: &dyn Sql, session: &str, admission: Admission) -> Result<()> {
     let active = conn
-        .query_int(
-            "SELECT COUNT(*) FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running', 'waiting')",
+        .query_int(&format!("SELECT {ACTIVE_TURNS}"), params![session])?
+        .unwrap_or(0);
+    admission.check(active)
+}
+
+/// [`admit`], then the session's active leaf and whether it records it
+/// ([`leaves::leaf_from`](super::leaves::leaf_from)), in one statement: a new message's first
+/// round trip to the database.
+fn admit_and_leaf(
+    conn: &dyn Sql,
+    session: &str,
+    admission: Admission,
+) -> Result<(Option<String>, bool)> {
+    let row = conn
+        .query_row(
+            &format!("SELECT {ACTIVE_TURNS}, {}", super::leaves::LEAF_COLUMNS),
             params![session],
         )?
-        .unwrap_or(0);
-    if admission.reject_if_busy && active > 0 {
-        return Err(Error::SessionBusy);
-    }
-    if active as usize >= admission.max_active_turns {
-        return Err(Error::TooManyActiveTurns(admission.max_active_turns));
-    }
-    Ok(())
+        .ok_or_else(|| Error::Corrupt("a SELECT without FROM gave no row".into()))?;
+    admission.check(row.opt_int(0)?.unwrap_or(0))?;
+    super::leaves::leaf_from(&row, 1)
 }
 
 /// When a session takes a new message.
@@ -65,6 +78,17 @@ impl Admission {
             max_active_turns,
             reject_if_busy: false,
         }
+    }
+
+    /// Refuses a new turn of a session with `active` turns in flight.
+    fn check(self, active: i64) -> Result<()> {
+        if self.reject_if_busy && active > 0 {
+            return Err(Error::SessionBusy);
+        }
+        if active as usize >= self.max_active_turns {
+            return Err(Error::TooManyActiveTurns(self.max_active_turns));
+        }
+        Ok(())
     }
 }
 
@@ -122,8 +146,7 @@ impl Journal {
                     });
                 }
             }
-            admit(ctx.conn, &session_id, admission)?;
-            let (active, recorded) = super::leaves::leaf_and_record(ctx.conn, &session_id)?;
+            let (active, recorded) = admit_and_leaf(ctx.conn, &session_id, admission)?;
             let parent = match &parent {
                 None => active.clone(),
                 Some(None) => None,
@@ -158,7 +181,8 @@ impl Journal {
                 message = Some(m.clone());
                 EventBody::MessageReceived { message: m }
             })?;
-            ctx.conn.execute(
+            // New rows, answered by nothing the job reads: sent with what follows.
+            ctx.conn.execute_unanswered(
                 "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position, attachments, parent_id)
                  VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT), ?9, ?10)",
                 params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author, &stored_attachments, &parent],
@@ -168,7 +192,7 @@ impl Journal {
                 reply_id: Some(reply),
                 parent_id: Some(asked),
             })?;
-            ctx.conn.execute(
+            ctx.conn.execute_unanswered(
                 "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
                  VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
                 params![&turn_id, &session_id, &message_id, now, queued_seq, &reply_id],

@@ -49,6 +49,12 @@ pub(super) trait Engine: Send + Sync {
 
     /// Stops what [`Engine::deliver`] started.
     fn close(&self);
+
+    /// Round trips to the database so far, where the engine counts them (PostgreSQL's).
+    #[cfg(test)]
+    fn round_trips(&self) -> u64 {
+        0
+    }
 }
 
 /// What the writer does once one of its batches committed.

@@ -17,7 +17,9 @@ use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
 use super::lease::{Lease, LeaseError};
 use super::lifecycle::end_turn_in;
-use super::rows::{fold_turn, message_by_id, turn_by_id};
+use super::rows::{
+    fold_turn, message_by_id, turn_by_id, turn_from_row, TURN_COLUMNS, TURN_COLUMN_COUNT,
+};
 use super::sql::{params, Param, Sql};
 use super::{Journal, TurnRow, WriteCtx};
 use crate::error::{Error, Result};
@@ -54,6 +56,7 @@ fn start_leased(
         if n != 1 {
             return Err(Error::Corrupt("turn changed state during claim".into()));
         }
+        known_holding(ctx, turn_id, &lease);
         return Ok(lease);
     }
     let seq = ctx.append(session_id, Some(turn_id), |_| EventBody::TurnStarted {})?;
@@ -74,7 +77,14 @@ fn start_leased(
     if n != 1 {
         return Err(Error::Corrupt("turn changed state during claim".into()));
     }
+    known_holding(ctx, turn_id, &lease);
     Ok(lease)
+}
+
+/// A lease granted in this batch holds in it: the turn's first writes, and its end, need not
+/// ask (the batches after check it again first, with the others they know).
+fn known_holding(ctx: &mut WriteCtx<'_>, turn_id: &str, lease: &Lease) {
+    ctx.fences.push((turn_id.to_string(), lease.token.clone()));
 }
 
 /// Whether `token` holds the running turn's lease now.
@@ -579,18 +589,27 @@ impl Journal {
         let turn_id = turn_id.to_string();
         let owner = owner.to_string();
         self.write(move |ctx| {
-            let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
+            // The turn, and its session's turn that goes first (the running one, else the
+            // oldest in flight), in one round trip.
+            let Some(row) = ctx.conn.query_row(
+                &format!(
+                    "SELECT {TURN_COLUMNS}, (SELECT f.turn_id FROM turns f
+                         WHERE f.session_id = turns.session_id
+                         AND f.state IN ('queued', 'running', 'waiting')
+                         ORDER BY CASE WHEN f.state = 'running' THEN 0 ELSE 1 END, f.queued_seq
+                         LIMIT 1)
+                     FROM turns WHERE turn_id = ?1"
+                ),
+                params![&turn_id],
+            )?
+            else {
                 return Ok(Claim::NotQueued);
             };
+            let turn = turn_from_row(&row)?;
             if turn.state != TurnState::Queued {
                 return Ok(Claim::NotQueued);
             }
-            let first = ctx.conn.query_texts(
-                "SELECT turn_id FROM turns WHERE session_id = ?1 AND state IN ('queued', 'running', 'waiting')
-                 ORDER BY CASE WHEN state = 'running' THEN 0 ELSE 1 END, queued_seq LIMIT 1",
-                params![&turn.session_id],
-            )?;
-            if first.first() != Some(&turn_id) {
+            if row.opt_text(TURN_COLUMN_COUNT)?.as_deref() != Some(turn_id.as_str()) {
                 return Ok(Claim::Busy);
             }
             let lease = start_leased(ctx, &turn, &owner, ttl)?;
@@ -613,7 +632,7 @@ impl Journal {
                 return Ok(super::inputs::Parked::Gone);
             };
             if let Some(token) = &fence {
-                if !holds(ctx.conn, &turn_id, token, ctx.now)? {
+                if !ctx.holds(&turn_id, token)? {
                     return Ok(super::inputs::Parked::Gone);
                 }
             }
@@ -676,7 +695,7 @@ impl Journal {
         let turn_id = turn_id.to_string();
         let token = token.to_string();
         self.write_end(move |ctx| {
-            if !holds(ctx.conn, &turn_id, &token, ctx.now)? {
+            if !ctx.holds(&turn_id, &token)? {
                 return Ok(None);
             }
             end_turn_in(

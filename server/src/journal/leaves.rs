@@ -5,7 +5,7 @@
 //! queued; a reply's children (and a session's roots) are the user messages that follow it (more
 //! than one after an edit), in journal order.
 
-use super::sql::{params, Sql};
+use super::sql::{params, Row, Sql};
 use crate::error::Result;
 
 /// Deepest walk down a branch: far more than any conversation, and a bound on a corrupt loop.
@@ -74,18 +74,22 @@ pub(super) fn active_leaf(conn: &dyn Sql, session: &str) -> Result<Option<String
     Ok(leaf_and_record(conn, session)?.0)
 }
 
+/// The two columns [`leaf_from`] reads (the recorded leaf, the newest turn's reply), as
+/// subqueries of session `?1`, for a statement that reads the leaf with what it reads itself.
+pub(super) const LEAF_COLUMNS: &str = "(SELECT leaf_id FROM leaves WHERE session_id = ?1),
+    (SELECT reply_id FROM turns WHERE session_id = ?1 ORDER BY queued_seq DESC LIMIT 1)";
+
 /// [`active_leaf`], and whether the session records it (it branched).
-pub(super) fn leaf_and_record(conn: &dyn Sql, session: &str) -> Result<(Option<String>, bool)> {
-    let Some(row) = conn.query_row(
-        "SELECT (SELECT leaf_id FROM leaves WHERE session_id = ?1),
-                (SELECT reply_id FROM turns WHERE session_id = ?1
-                 ORDER BY queued_seq DESC LIMIT 1)",
-        params![session],
-    )?
-    else {
+fn leaf_and_record(conn: &dyn Sql, session: &str) -> Result<(Option<String>, bool)> {
+    let Some(row) = conn.query_row(&format!("SELECT {LEAF_COLUMNS}"), params![session])? else {
         return Ok((None, false));
     };
-    Ok(match (row.opt_text(0)?, row.opt_text(1)?) {
+    leaf_from(&row, 0)
+}
+
+/// [`leaf_and_record`] from [`LEAF_COLUMNS`] at column `at` of `row`.
+pub(super) fn leaf_from(row: &Row, at: usize) -> Result<(Option<String>, bool)> {
+    Ok(match (row.opt_text(at)?, row.opt_text(at + 1)?) {
         (Some(leaf), _) => (Some(leaf), true),
         (None, last) => (last, false),
     })

@@ -357,7 +357,8 @@ pub(super) fn end_turn_in(
     if n != 1 {
         return Err(Error::Corrupt("turn changed state during end".into()));
     }
-    ctx.conn.execute(
+    // The reply's new row: sent with the commit (or what follows).
+    ctx.conn.execute_unanswered(
         "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, position, parent_id, requests)
          VALUES (?1, ?2, NULL, 'assistant', ?3, ?4, ?5, ?6, ?7,
                  COALESCE((SELECT 2 * event_seq + 1 FROM messages WHERE message_id = ?8), 2 * CAST(?7 AS BIGINT) + 1), ?8, ?9)",

@@ -173,6 +173,19 @@ pub(crate) struct WriteCtx<'a> {
 }
 
 impl WriteCtx<'_> {
+    /// Whether `token` holds the running turn `turn_id`'s lease now: known in this batch (found
+    /// holding, or granted, earlier in it), else asked of the database and then known.
+    pub(crate) fn holds(&mut self, turn_id: &str, token: &str) -> Result<bool> {
+        if self.fences.iter().any(|(t, k)| t == turn_id && k == token) {
+            return Ok(true);
+        }
+        if !leased_turns::holds(self.conn, turn_id, token, self.now)? {
+            return Ok(false);
+        }
+        self.fences.push((turn_id.to_string(), token.to_string()));
+        Ok(true)
+    }
+
     /// Appends one event; `build` gets the event's cursor (for bodies that quote it, such as a
     /// message's `event_id`). Returns the event's sequence.
     pub fn append(
@@ -208,13 +221,8 @@ impl WriteCtx<'_> {
             data = serde_json::to_string(&value)?;
         }
         if let Some(token) = fence {
-            let turn = turn_id.unwrap_or_default();
-            let known = self.fences.iter().any(|(t, k)| t == turn && k == token);
-            if !known {
-                if !leased_turns::holds(self.conn, turn, token, self.now)? {
-                    return Err(Error::LeaseLost);
-                }
-                self.fences.push((turn.to_string(), token.to_string()));
+            if !self.holds(turn_id.unwrap_or_default(), token)? {
+                return Err(Error::LeaseLost);
             }
         }
         self.conn.insert_event(&sql::EventRow {
@@ -435,6 +443,12 @@ impl Journal {
         })
         .await
         .map_err(|_| Error::Closed)?
+    }
+
+    /// Round trips to the database so far (PostgreSQL's; 0 on SQLite).
+    #[cfg(test)]
+    pub(crate) fn round_trips(&self) -> u64 {
+        self.inner.engine.round_trips()
     }
 
     /// Stops the writer after it has committed everything queued so far.

@@ -123,6 +123,8 @@ pub(super) fn message_by_id(
 
 pub(super) const TURN_COLUMNS: &str =
     "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes, reply_id, asked";
+/// How many columns [`TURN_COLUMNS`] are: the index of the first a query selects after them.
+pub(super) const TURN_COLUMN_COUNT: usize = 12;
 
 pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
     Ok(TurnRow {

@@ -160,6 +160,16 @@ pub(crate) trait Sql {
         Ok(())
     }
 
+    /// Runs a statement whose answer the job does not read (an INSERT of a new row, whose
+    /// count it would not look at). A connection may hold it back and send it with its next
+    /// statement, as it does events (PostgreSQL does); a failure then comes back from that
+    /// statement or the commit, and fails the job alone only if it is the job's own next
+    /// statement, else the batch. For what can fail only with the storage.
+    fn execute_unanswered(&self, sql: &str, params: &[Param<'_>]) -> Result<()> {
+        self.execute(sql, params)?;
+        Ok(())
+    }
+
     /// The last event id ever assigned (deleting events never lowers it).
     fn head(&self) -> Result<i64>;
 

@@ -53,6 +53,42 @@ enum Ahead {
     Savepoint,
     /// `RELEASE job`: the end of the savepoint of a job that kept its changes.
     Release,
+    /// A statement whose answer the job does not read ([`Sql::execute_unanswered`]).
+    Statement(Unanswered),
+}
+
+/// A statement held back: its text (with PostgreSQL's placeholders) and its parameters.
+struct Unanswered {
+    sql: String,
+    params: Vec<OwnedParam>,
+}
+
+/// A [`Param`] that owns its text, to be sent later.
+enum OwnedParam {
+    Int(i64),
+    Text(String),
+    NullInt,
+    NullText,
+}
+
+impl OwnedParam {
+    fn of(p: &Param<'_>) -> OwnedParam {
+        match p {
+            Param::Int(v) => OwnedParam::Int(*v),
+            Param::Text(v) => OwnedParam::Text((*v).to_string()),
+            Param::NullInt => OwnedParam::NullInt,
+            Param::NullText => OwnedParam::NullText,
+        }
+    }
+
+    fn param(&self) -> Param<'_> {
+        match self {
+            OwnedParam::Int(v) => Param::Int(*v),
+            OwnedParam::Text(v) => Param::Text(v),
+            OwnedParam::NullInt => Param::NullInt,
+            OwnedParam::NullText => Param::NullText,
+        }
+    }
 }
 
 /// Where the savepoint of the job running now stands.
@@ -187,14 +223,22 @@ impl PgClient {
             } else {
                 match self.client.prepare_cached(INSERT_EVENTS).await {
                     Ok(stmt) => Some(stmt),
-                    Err(e) => {
-                        // Nothing is sent: `next` must not run without what goes ahead of it.
-                        let mut sent: Vec<_> = ahead.iter().map(|_| None).collect();
-                        sent[0] = Some(e);
-                        return (sent, None);
-                    }
+                    Err(e) => return Self::none_sent(ahead, e),
                 }
             };
+        // So are the statements held back (each prepared once per connection).
+        let mut prepared = Vec::new();
+        if !self.statements.unnamed() {
+            for a in ahead {
+                if let Ahead::Statement(u) = a {
+                    match self.client.prepare_cached(&u.sql).await {
+                        Ok(stmt) => prepared.push(stmt),
+                        Err(e) => return Self::none_sent(ahead, e),
+                    }
+                }
+            }
+        }
+        let mut prepared = prepared.iter();
         let mut requests: Vec<LocalBoxFuture<'_, PgResult<()>>> = ahead
             .iter()
             .map(|a| match a {
@@ -202,6 +246,7 @@ impl PgClient {
                 Ahead::Begin(how) => self.client.batch_execute(how).boxed_local(),
                 Ahead::Savepoint => self.client.batch_execute("SAVEPOINT job").boxed_local(),
                 Ahead::Release => self.client.batch_execute("RELEASE job").boxed_local(),
+                Ahead::Statement(u) => self.unanswered(u, prepared.next()).boxed_local(),
             })
             .collect();
         let held_back = async {
@@ -232,6 +277,34 @@ impl PgClient {
         // `join` polls what is held back first: its requests are written before `next`'s.
         let (sent, r) = futures::future::join(held_back, next).await;
         (sent, Some(r))
+    }
+
+    /// What [`PgClient::send_ahead`] answers when it could send nothing: `e` as the failure of
+    /// the first held back (`next` must not run without what goes ahead of it).
+    fn none_sent<T>(
+        ahead: &[Ahead],
+        e: tokio_postgres::Error,
+    ) -> (Vec<Option<tokio_postgres::Error>>, Option<PgResult<T>>) {
+        let mut sent: Vec<_> = ahead.iter().map(|_| None).collect();
+        sent[0] = Some(e);
+        (sent, None)
+    }
+
+    /// Sends a statement held back: `stmt`, prepared, or its text as an unnamed statement.
+    async fn unanswered(
+        &self,
+        u: &Unanswered,
+        stmt: Option<&tokio_postgres::Statement>,
+    ) -> PgResult<()> {
+        let params: Vec<Param<'_>> = u.params.iter().map(OwnedParam::param).collect();
+        match stmt {
+            Some(stmt) => {
+                let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
+                self.client.execute(stmt, &args).await?
+            }
+            None => self.client.execute_typed(&u.sql, &typed(&params)).await?,
+        };
+        Ok(())
     }
 
     async fn insert_events(
@@ -537,6 +610,14 @@ impl Sql for PgClient {
             let args: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p as _).collect();
             self.client.execute(&stmt, &args).await
         })
+    }
+
+    fn execute_unanswered(&self, sql: &str, params: &[Param<'_>]) -> Result<()> {
+        self.ahead.borrow_mut().push(Ahead::Statement(Unanswered {
+            sql: dollar_params(sql),
+            params: params.iter().map(OwnedParam::of).collect(),
+        }));
+        Ok(())
     }
 
     fn insert_event(&self, e: &EventRow<'_>) -> Result<()> {

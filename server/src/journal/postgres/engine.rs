@@ -72,16 +72,6 @@ impl Postgres {
     }
 }
 
-#[cfg(test)]
-impl Postgres {
-    /// Round trips this server's connections made (see [`PgClient`]'s `then`).
-    pub(super) fn round_trips(&self) -> u64 {
-        self.statements
-            .round_trips
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
 /// The head as stored, read at start.
 async fn stored_head(pool: &Pool) -> Result<i64> {
     let client = pool.get().await.map_err(pool_error)?;
@@ -102,6 +92,14 @@ impl Publish for Wake {
 }
 
 impl Engine for Postgres {
+    /// Round trips this server's connections made (see [`PgClient`]'s `then`).
+    #[cfg(test)]
+    fn round_trips(&self) -> u64 {
+        self.statements
+            .round_trips
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn backend(&self) -> Backend {
         Backend::Postgres
     }

@@ -1,6 +1,7 @@
 //! The PostgreSQL engine's unit tests; those that need a database run on `TURNSTREAM_TEST_DATABASE_URL`.
 
 mod pipelined;
+mod turn_round_trips;
 
 use super::{dollar_params, BEGIN, BEGIN_READ, SCHEMA};
 

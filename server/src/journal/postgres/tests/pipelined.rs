@@ -130,14 +130,16 @@ impl Drop for Db {
     }
 }
 
-async fn connect(url: &str) -> std::result::Result<tokio_postgres::Client, tokio_postgres::Error> {
+pub(super) async fn connect(
+    url: &str,
+) -> std::result::Result<tokio_postgres::Client, tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
     tokio::spawn(connection);
     Ok(client)
 }
 
 /// `url` with its database name replaced by `db`.
-fn with_database(url: &str, db: &str) -> std::result::Result<String, String> {
+pub(super) fn with_database(url: &str, db: &str) -> std::result::Result<String, String> {
     let (head, query) = url.split_at(url.find('?').unwrap_or(url.len()));
     let (base, _) = head
         .rsplit_once('/')
@@ -303,5 +305,80 @@ fn a_failure_sent_ahead_of_a_job_s_savepoint_loses_the_batch() -> TestResult {
     let (d, mut rd) = append(true);
     db.batch(vec![d])?;
     assert_eq!(rd.try_recv()?.ok(), Some(2));
+    Ok(())
+}
+
+/// A statement that can be held back ([`Sql::execute_unanswered`](crate::journal::sql::Sql)).
+fn meta_unanswered(key: &'static str) -> impl Fn(&mut crate::journal::WriteCtx<'_>) -> Result<()> {
+    move |ctx| {
+        ctx.conn.execute_unanswered(
+            "INSERT INTO meta(key, value) VALUES (?1, 'x')",
+            crate::journal::sql::params![key],
+        )
+    }
+}
+
+#[test]
+fn unanswered_statements_go_with_the_next_and_fail_their_job_or_its_batch() -> TestResult {
+    let Some(db) = Db::open()? else {
+        return Ok(());
+    };
+    // Two held back and an event, all sent with the commit: one round trip for the job.
+    let (a, b) = (meta_unanswered("a"), meta_unanswered("b"));
+    let (kept, mut rk) = Job::new(true, move |ctx| {
+        a(ctx)?;
+        let seq = ctx.append("s", Some("t"), |_| EventBody::TurnStarted {})?;
+        b(ctx)?;
+        Ok(seq)
+    });
+    assert_eq!(
+        db.batch(vec![kept])?,
+        2,
+        "the lock and begin, then the rest with the commit"
+    );
+    assert_eq!(rk.try_recv()?.ok(), Some(1));
+    assert_eq!(
+        db.texts("SELECT key FROM turnstream.meta WHERE key IN ('a', 'b') ORDER BY key")?,
+        ["a", "b"]
+    );
+
+    // One that fails (the key is taken), heard at the job's own next statement: that job
+    // alone is undone, with its own error.
+    let (taken, kept_too) = (meta_unanswered("a"), meta_unanswered("c"));
+    let (failed, mut rf) = Job::new(true, move |ctx| {
+        taken(ctx)?;
+        ctx.conn.query_int("SELECT head FROM counter", &[])?;
+        Ok(0)
+    });
+    let (after, mut ra) = Job::new(true, move |ctx| {
+        kept_too(ctx)?;
+        ctx.append("s", Some("t"), |_| EventBody::TurnStarted {})
+    });
+    db.batch(vec![failed, after])?;
+    match rf.try_recv()? {
+        Err(Error::Postgres(e)) => assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{e}"),
+        other => panic!("the job whose statement failed gets its own error, got {other:?}"),
+    }
+    assert_eq!(ra.try_recv()?.ok(), Some(2));
+    assert_eq!(
+        db.texts("SELECT key FROM turnstream.meta WHERE key = 'c'")?,
+        ["c"]
+    );
+
+    // One that fails heard only with the commit: no job of the batch looks committed.
+    let taken = meta_unanswered("b");
+    let (last, mut rl) = Job::new(true, move |ctx| {
+        ctx.append("s", Some("t"), |_| EventBody::TurnStarted {})?;
+        taken(ctx)
+    });
+    let (other, mut ro) = append(false);
+    db.batch(vec![other, last])?;
+    assert!(rl.try_recv()?.is_err(), "the failed statement's job");
+    assert!(ro.try_recv()?.is_err(), "the batch it was in");
+    assert_eq!(
+        db.ints("SELECT id FROM turnstream.events ORDER BY id")?,
+        [1, 2]
+    );
+    assert_eq!(db.ints("SELECT head FROM turnstream.counter")?, [2]);
     Ok(())
 }
