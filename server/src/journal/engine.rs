@@ -57,6 +57,24 @@ pub(super) trait Engine: Send + Sync {
     }
 }
 
+/// A write transaction begun ([`WriteConn::begin_checking`]).
+pub(super) struct Begun {
+    /// The head, on a shared database (see [`WriteConn::begin`]).
+    pub head: Option<i64>,
+    /// Which of the leases known holding still hold.
+    pub holding: Vec<(String, String)>,
+}
+
+impl Begun {
+    /// Begun with no lease to check.
+    pub fn unchecked(head: Option<i64>) -> Begun {
+        Begun {
+            head,
+            holding: Vec::new(),
+        }
+    }
+}
+
 /// What the writer does once one of its batches committed.
 pub(super) trait Publish: Send {
     /// The batch committed `events` (in id order; none for a batch that appended nothing), the
@@ -86,6 +104,19 @@ pub(super) trait WriteConn: Send {
     /// by several servers answers the head as of this transaction, taken under a lock every
     /// writer takes first, so ids are handed out (and committed) in order across servers.
     fn begin(&mut self) -> Result<Option<i64>>;
+
+    /// [`WriteConn::begin`], then, where it answered a head (a shared database), which of
+    /// `known` (`(turn, lease token)` pairs the last batches found holding) hold their running
+    /// turn's lease at `now` ([`still_holding`](super::leased_turns::still_holding)). An engine
+    /// may ask both in one round trip.
+    fn begin_checking(&mut self, known: &[(String, String)], now: i64) -> Result<Begun> {
+        let head = self.begin()?;
+        if head.is_none() || known.is_empty() {
+            return Ok(Begun::unchecked(head));
+        }
+        let holding = super::leased_turns::still_holding(self.sql(), known, now)?;
+        Ok(Begun { head, holding })
+    }
 
     /// The connection inside the transaction [`WriteConn::begin`] opened.
     fn sql(&self) -> &dyn Sql;

@@ -129,17 +129,48 @@ pub(super) fn still_holding(
         let (turn, _) = &fences[i.min(fences.len() - 1)];
         args.push(Param::Text(turn));
     }
+    let rows = conn.query(&sql, &args)?;
+    let found = rows
+        .iter()
+        .map(|row| Ok((row.text(0)?, row.text(1)?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(holding_of(fences, found))
+}
+
+/// [`still_holding`]'s statement with its values written in (for a simple query that also
+/// begins the transaction: one round trip for both), or `None` when a value is anything but
+/// an id's characters (`[0-9A-Za-z_-]`), which are never quoted wrong.
+pub(super) fn still_holding_literal(fences: &[(String, String)], now: i64) -> Option<String> {
+    let id_like = |v: &str| {
+        !v.is_empty()
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    if fences.is_empty() || !fences.iter().all(|(t, k)| id_like(t) && id_like(k)) {
+        return None;
+    }
+    let turns: Vec<String> = fences.iter().map(|(t, _)| format!("'{t}'")).collect();
+    Some(format!(
+        "SELECT turn_id, lease_token FROM turns WHERE state = 'running'
+         AND lease_token IS NOT NULL AND lease_expires_at > {now} AND turn_id IN ({})",
+        turns.join(", ")
+    ))
+}
+
+/// Which of `fences` the `(turn, lease token)` rows `found` hold, each once.
+pub(super) fn holding_of(
+    fences: &[(String, String)],
+    found: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, String)> {
     let mut holding = Vec::with_capacity(fences.len());
-    for row in conn.query(&sql, &args)? {
-        let turn = row.text(0)?;
-        let token = row.text(1)?;
+    for (turn, token) in found {
         if let Some(fence) = fences.iter().find(|(t, k)| *t == turn && *k == token) {
             if !holding.contains(fence) {
                 holding.push(fence.clone());
             }
         }
     }
-    Ok(holding)
+    holding
 }
 
 /// A turn a claim handed out.
@@ -735,6 +766,29 @@ mod tests {
 
     fn pair(turn: &str, token: &str) -> (String, String) {
         (turn.to_string(), token.to_string())
+    }
+
+    #[test]
+    fn the_check_written_in_takes_only_ids_characters() {
+        let sql = still_holding_literal(&[pair("turn_a1", "lse_9f-2")], 7);
+        assert!(
+            sql.as_deref()
+                .is_some_and(|s| s.contains("lease_expires_at > 7 AND turn_id IN ('turn_a1')")),
+            "{sql:?}"
+        );
+        for bad in ["t'; DROP TABLE turns; --", "t\\", "", "t\u{0}"] {
+            assert_eq!(
+                still_holding_literal(&[pair(bad, "lse_1")], 7),
+                None,
+                "{bad:?}"
+            );
+            assert_eq!(
+                still_holding_literal(&[pair("turn_a", bad)], 7),
+                None,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(still_holding_literal(&[], 7), None);
     }
 
     #[test]

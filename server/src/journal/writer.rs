@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use turnstream_protocol::limits::MAX_EVENT_PAYLOAD_BYTES;
 
-use super::engine::{Publish, WriteConn};
+use super::engine::{Begun, Publish, WriteConn};
 use super::health::WriteHealth;
 use super::sql::{Param, Sql};
 use super::WriteCtx;
@@ -275,43 +275,33 @@ impl Writer {
                     .as_secs_f64(),
             );
         }
-        let shared = match self.conn.begin() {
-            Ok(None) => false,
-            Ok(Some(head)) => {
+        // Leases found holding in this batch (its transaction: no other writer runs meanwhile).
+        // Where other servers write too, the leases the last batches found holding are checked
+        // again first, all in one statement (sent with the transaction's begin where the
+        // engine can), rather than one statement per turn as its first write in the batch
+        // comes (a round trip each).
+        let known = std::mem::take(&mut self.fences);
+        let (shared, mut fences) = match self.conn.begin_checking(&known, self.clock.now_ms()) {
+            Ok(Begun { head: None, .. }) => (false, Vec::new()),
+            Ok(Begun {
+                head: Some(head),
+                holding,
+            }) => {
                 *next_seq = head + 1;
-                true
+                (true, holding)
             }
             Err(e) => {
+                self.conn.rollback();
+                self.fences = known;
                 return fail_all(
                     &self.health,
                     Vec::new(),
                     batch,
-                    Lost::of("cannot begin a write transaction", &e),
+                    Lost::of("cannot begin a write transaction and check its leases", &e),
                 );
             }
         };
         let batch_start_seq = *next_seq;
-        // Leases found holding in this batch (its transaction: no other writer runs meanwhile).
-        // Where other servers write too, the leases the last batches found holding are checked
-        // again first, all in one statement, rather than one statement per turn as its first
-        // write in the batch comes (a round trip each).
-        let mut fences = Vec::new();
-        if shared && !self.fences.is_empty() {
-            let known = std::mem::take(&mut self.fences);
-            match super::leased_turns::still_holding(self.conn.sql(), &known, self.clock.now_ms()) {
-                Ok(holding) => fences = holding,
-                Err(e) => {
-                    *next_seq = batch_start_seq;
-                    self.conn.rollback();
-                    return fail_all(
-                        &self.health,
-                        Vec::new(),
-                        batch,
-                        Lost::of("cannot check the leases", &e),
-                    );
-                }
-            }
-        }
         let mut completions: Vec<(Instant, Completion)> = Vec::with_capacity(batch.len());
         let mut committed: Vec<Committed> = Vec::new();
         let mut job_fault = None;

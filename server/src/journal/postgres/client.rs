@@ -376,23 +376,42 @@ impl PgClient {
         ahead.push(Ahead::Begin(how));
     }
 
-    /// Begins a write transaction ([`BEGIN`]) and locks the one row of `counter`, in one round
-    /// trip: the head as it stands once the lock is held.
-    pub(super) fn begin_counted(&self) -> Result<i64> {
+    /// Begins a write transaction ([`BEGIN`]) and locks the one row of `counter`, then runs
+    /// `check` (a query of two text columns, its values written in) under the lock, all in one
+    /// round trip: the head as it stands once the lock is held, and `check`'s rows.
+    pub(super) fn begin_counted_then(
+        &self,
+        check: Option<&str>,
+    ) -> Result<(i64, Vec<(String, String)>)> {
+        use tokio_postgres::SimpleQueryMessage;
         self.ahead.borrow_mut().clear();
-        let sql = format!("{BEGIN}; SELECT head FROM counter FOR UPDATE");
+        let mut sql = format!("{BEGIN}; SELECT head FROM counter FOR UPDATE");
+        if let Some(check) = check {
+            sql.push_str("; ");
+            sql.push_str(check);
+        }
         let messages = self.then(self.client.simple_query(&sql))?;
         self.fresh();
-        let head = messages
-            .iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(row) => Some(row.get(0)),
-                _ => None,
-            })
-            .flatten()
-            .ok_or_else(|| Error::Corrupt("the counter row is missing".into()))?;
-        head.parse()
-            .map_err(|e| Error::Corrupt(format!("the counter's head {head:?}: {e}")))
+        // The counter's row is the one row of one column; `check`'s have two.
+        let mut head = None;
+        let mut rows = Vec::new();
+        for m in &messages {
+            if let SimpleQueryMessage::Row(row) = m {
+                match row.len() {
+                    1 => head = row.get(0),
+                    _ => {
+                        if let (Some(a), Some(b)) = (row.get(0), row.get(1)) {
+                            rows.push((a.to_string(), b.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        let head = head.ok_or_else(|| Error::Corrupt("the counter row is missing".into()))?;
+        let head = head
+            .parse()
+            .map_err(|e| Error::Corrupt(format!("the counter's head {head:?}: {e}")))?;
+        Ok((head, rows))
     }
 
     /// Commits a write transaction that appended events up to `head`: what is held back (the

@@ -11,7 +11,8 @@ use tokio::runtime::Handle;
 
 use super::{floor_notice, PgClient, Statements, BEGIN};
 use crate::error::{Error, Result, StorageFault};
-use crate::journal::engine::WriteConn;
+use crate::journal::engine::{Begun, WriteConn};
+use crate::journal::leased_turns::{holding_of, still_holding, still_holding_literal};
 use crate::journal::sql::{params, Backend, EventRow, Param, Row, Sql};
 
 pub(super) struct Writer {
@@ -45,6 +46,20 @@ impl Writer {
         self.client
             .as_ref()
             .ok_or_else(|| Error::Corrupt("no database connection".into()))
+    }
+
+    /// Begins a write transaction under the counter row's lock, then runs `check` (see
+    /// [`PgClient::begin_counted_then`]): the head, and `check`'s rows.
+    fn begin_then(&mut self, check: Option<&str>) -> Result<(i64, Vec<(String, String)>)> {
+        self.rollback();
+        self.client()?;
+        // Left to roll back should the lock's statement fail after BEGIN.
+        self.open = true;
+        // Every writer of every server takes this lock first: transactions that append commit
+        // one after another, in the order of their ids.
+        let (head, rows) = self.connected()?.begin_counted_then(check)?;
+        self.begun_at = head;
+        Ok((head, rows))
     }
 
     /// The connection as it is, for a statement of the open transaction.
@@ -90,15 +105,28 @@ impl Sql for Disconnected {
 
 impl WriteConn for Writer {
     fn begin(&mut self) -> Result<Option<i64>> {
-        self.rollback();
-        self.client()?;
-        // Left to roll back should the lock's statement fail after BEGIN.
-        self.open = true;
-        // Every writer of every server takes this lock first: transactions that append commit
-        // one after another, in the order of their ids.
-        let head = self.connected()?.begin_counted()?;
-        self.begun_at = head;
-        Ok(Some(head))
+        Ok(Some(self.begin_then(None)?.0))
+    }
+
+    /// The lock, the begin and the check of the leases in one round trip.
+    fn begin_checking(&mut self, known: &[(String, String)], now: i64) -> Result<Begun> {
+        if known.is_empty() {
+            return Ok(Begun::unchecked(self.begin()?));
+        }
+        match still_holding_literal(known, now) {
+            Some(check) => {
+                let (head, found) = self.begin_then(Some(&check))?;
+                Ok(Begun {
+                    head: Some(head),
+                    holding: holding_of(known, found),
+                })
+            }
+            None => {
+                let head = self.begin()?;
+                let holding = still_holding(self.sql(), known, now)?;
+                Ok(Begun { head, holding })
+            }
+        }
     }
 
     fn sql(&self) -> &dyn Sql {
