@@ -56,7 +56,9 @@ fn start_leased(
         if n != 1 {
             return Err(Error::Corrupt("turn changed state during claim".into()));
         }
-        known_holding(ctx, turn_id, &lease);
+        // Granted in this batch, it holds in it: the turn's first writes and its end need not
+        // ask (the batches after check it again first, with the others they know).
+        ctx.known_holding(turn_id, &lease.token);
         return Ok(lease);
     }
     let seq = ctx.append(session_id, Some(turn_id), |_| EventBody::TurnStarted {})?;
@@ -77,14 +79,8 @@ fn start_leased(
     if n != 1 {
         return Err(Error::Corrupt("turn changed state during claim".into()));
     }
-    known_holding(ctx, turn_id, &lease);
+    ctx.known_holding(turn_id, &lease.token);
     Ok(lease)
-}
-
-/// A lease granted in this batch holds in it: the turn's first writes, and its end, need not
-/// ask (the batches after check it again first, with the others they know).
-fn known_holding(ctx: &mut WriteCtx<'_>, turn_id: &str, lease: &Lease) {
-    ctx.fences.push((turn_id.to_string(), lease.token.clone()));
 }
 
 /// Whether `token` holds the running turn's lease now.
@@ -112,17 +108,8 @@ pub(super) fn still_holding(
     // As many placeholders as the next power of two (the last turn repeated), so a few
     // statement texts serve every count (each is prepared and kept per connection).
     let slots = fences.len().next_power_of_two();
-    let mut sql = String::from(
-        "SELECT turn_id, lease_token FROM turns WHERE state = 'running'
-         AND lease_token IS NOT NULL AND lease_expires_at > ?1 AND turn_id IN (",
-    );
-    for i in 0..slots {
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str(&format!("?{}", i + 2));
-    }
-    sql.push(')');
+    let placeholders: Vec<String> = (0..slots).map(|i| format!("?{}", i + 2)).collect();
+    let sql = holding_sql("?1", &placeholders);
     let mut args = Vec::with_capacity(slots + 1);
     args.push(Param::Int(now));
     for i in 0..slots {
@@ -150,11 +137,18 @@ pub(super) fn still_holding_literal(fences: &[(String, String)], now: i64) -> Op
         return None;
     }
     let turns: Vec<String> = fences.iter().map(|(t, _)| format!("'{t}'")).collect();
-    Some(format!(
+    Some(holding_sql(&now.to_string(), &turns))
+}
+
+/// The running turns among `turns` (SQL values) whose lease is unexpired at `now` (a SQL
+/// value), with their lease tokens: the query of [`still_holding`] and of
+/// [`still_holding_literal`].
+fn holding_sql(now: &str, turns: &[String]) -> String {
+    format!(
         "SELECT turn_id, lease_token FROM turns WHERE state = 'running'
          AND lease_token IS NOT NULL AND lease_expires_at > {now} AND turn_id IN ({})",
         turns.join(", ")
-    ))
+    )
 }
 
 /// Which of `fences` the `(turn, lease token)` rows `found` hold, each once.
@@ -723,21 +717,9 @@ impl Journal {
         error: Option<String>,
         tail: Vec<EventBody>,
     ) -> Result<Option<Message>> {
-        let turn_id = turn_id.to_string();
         let token = token.to_string();
-        self.write_end(move |ctx| {
-            if !ctx.holds(&turn_id, &token)? {
-                return Ok(None);
-            }
-            end_turn_in(
-                ctx,
-                &turn_id,
-                state,
-                text,
-                error,
-                &[TurnState::Running],
-                tail,
-            )
+        self.end_running_turn_if(turn_id, state, text, error, tail, move |ctx, turn| {
+            ctx.holds(turn, &token)
         })
         .await
     }

@@ -186,9 +186,27 @@ impl Journal {
         error: Option<String>,
         tail: Vec<EventBody>,
     ) -> Result<Option<Message>> {
+        self.end_running_turn_if(turn_id, state, text, error, tail, |ctx, turn| {
+            Ok(start_turn_in(ctx, turn)?.is_some())
+        })
+        .await
+    }
+
+    /// [`Journal::end_turn`] of a running turn, in the step where `first` (given the turn id)
+    /// says it may end: `None`, with nothing written, where `first` says no or the turn is no
+    /// longer running.
+    pub(super) async fn end_running_turn_if(
+        &self,
+        turn_id: &str,
+        state: TurnState,
+        text: String,
+        error: Option<String>,
+        tail: Vec<EventBody>,
+        first: impl FnOnce(&mut WriteCtx<'_>, &str) -> Result<bool> + Send + 'static,
+    ) -> Result<Option<Message>> {
         let turn_id = turn_id.to_string();
         self.write_end(move |ctx| {
-            if start_turn_in(ctx, &turn_id)?.is_none() {
+            if !first(ctx, &turn_id)? {
                 return Ok(None);
             }
             end_turn_in(

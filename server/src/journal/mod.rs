@@ -182,8 +182,13 @@ impl WriteCtx<'_> {
         if !leased_turns::holds(self.conn, turn_id, token, self.now)? {
             return Ok(false);
         }
-        self.fences.push((turn_id.to_string(), token.to_string()));
+        self.known_holding(turn_id, token);
         Ok(true)
+    }
+
+    /// Notes that `token` holds running turn `turn_id`'s lease for the rest of this batch.
+    pub(crate) fn known_holding(&mut self, turn_id: &str, token: &str) {
+        self.fences.push((turn_id.to_string(), token.to_string()));
     }
 
     /// Appends one event; `build` gets the event's cursor (for bodies that quote it, such as a
