@@ -6,7 +6,8 @@
 //   and the reply it led to, streamed in each.
 // - A page reloaded while a question waits shows it from its cache before any network answer,
 //   then from the server (and so does a new device); answered, the turn ends with the reply.
-// - A client tool's answer given offline shows at once and is posted once when back.
+// - A client tool's answer given offline shows at once and is posted once when back, even when
+//   the tab granted the outbox next has not heard its sibling yet.
 // - `send(text, { onBusy })` while a turn waits: "reject" refuses, "interrupt" cancels it.
 // Pages of one origin over HTTP/1.1, against the real server binary. The last line printed is
 // "N passed, N failed".
@@ -196,6 +197,90 @@ scenario("a client tool answered offline shows at once in both tabs and is poste
     const turn = await server.turn(shown.reply.turnId);
     assertEq(turn.requests?.map((r) => r.answer), [{ output }], "the server has it once");
     return page;
+  });
+
+/**
+ * Lets a test hold back what the pages of `context` hear: the sibling tabs' channel (not the
+ * shared stream's relay) while `window.holdSiblings` is set, delivered in order by
+ * `releaseSiblings()`; and the server's account of the journal (the stream, turn statuses) from
+ * `hold()` until `release()`. Answers' posts are never held.
+ */
+async function holdable(context, server) {
+  await context.addInitScript(() => {
+    const Real = window.BroadcastChannel;
+    const held = [];
+    window.holdSiblings = false;
+    window.releaseSiblings = () => {
+      window.holdSiblings = false;
+      for (const [channel, data] of held.splice(0)) channel.dispatchEvent(new MessageEvent("message", { data }));
+    };
+    window.BroadcastChannel = class extends Real {
+      constructor(name) {
+        super(name);
+        if (!String(name).startsWith("turnstream:")) return;
+        // Registered before the SDK's handler, so it runs first and can stop it.
+        this.addEventListener("message", (e) => {
+          if (!window.holdSiblings) return;
+          e.stopImmediatePropagation();
+          held.push([this, e.data]);
+        });
+      }
+    };
+  });
+  let open = Promise.resolve();
+  let release = () => {};
+  const journal = (url) => url.origin === server.url && (url.pathname === "/api/stream" || url.pathname.startsWith("/api/turns/"));
+  await context.route(journal, async (route) => {
+    if (route.request().method() === "GET") await open;
+    await route.continue();
+  });
+  return {
+    hold: () => { open = new Promise((r) => { release = r; }); },
+    release: () => release(),
+  };
+}
+
+/** No tab of the page's origin holds or waits for an outbox's lock. */
+const outboxIdle = (page) => page.evaluate(async () => {
+  const { held = [], pending = [] } = await navigator.locks.query();
+  return ![...held, ...pending].some((l) => l.name?.startsWith("turnstream-outbox:"));
+});
+
+scenario("the tab granted the outbox after its sibling posted an answer does not post it again, unheard",
+  ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
+    const gate = await holdable(context, server);
+    const tabs = [await openClient(context, server, session), await openClient(context, server, session)];
+    for (const t of tabs) await live(t);
+    const posts = [];
+    for (const t of tabs) {
+      t.on("response", (r) => {
+        if (r.request().method() === "POST" && /\/api\/turns\/[^/]+\/input$/.test(r.url())) posts.push(r.status());
+      });
+    }
+    await tabs[0].evaluate(() => window.chat.send("/clienttool get_location"));
+    const { request } = await asked(tabs[0], "client_tool");
+    await asked(tabs[1], "client_tool");
+    await context.setOffline(true);
+    for (const t of tabs) await until("the tab to say it is offline", async () => (await state(t)).connection === "offline");
+    const output = { lat: 1, lon: 2 };
+    await tabs[0].evaluate(([id, output]) => { window.answered = window.chat.respond(id, { output }); }, [request.requestId, output]);
+    // Both tabs hold the answer: each wants the outbox's lock, and one of them has it.
+    await until("the sibling to hold the answer", async () =>
+      JSON.stringify((await asked(tabs[1], "client_tool")).request.answer) === JSON.stringify({ output }));
+    // From here neither tab hears the other nor the journal: the one granted the lock second
+    // knows the answer went only from what the first one stored.
+    for (const t of tabs) await t.evaluate(() => { window.holdSiblings = true; });
+    gate.hold();
+    await context.setOffline(false);
+    await until("the answer to be posted", async () => posts.length > 0);
+    await until("both tabs to be done with the outbox", async () => await outboxIdle(tabs[0]) && await outboxIdle(tabs[1]));
+    assertEq(posts, [200], "posted once, by the first tab granted the lock");
+    gate.release();
+    for (const t of tabs) await t.evaluate(() => window.releaseSiblings());
+    for (const t of tabs) await replied(t, "complete", `The tool returned: ${JSON.stringify(output)}`, "the reply to the tool's output");
+    await tabs[0].evaluate(() => window.answered);
+    assertEq(posts, [200], "and not again once they hear each other");
+    return tabs[0];
   });
 
 scenario("send with onBusy while a turn waits: reject refuses, interrupt cancels the waiting turn",

@@ -9,61 +9,31 @@
 //! of its events up to a journal position; a later position (a snapshot, a sibling's cache) replaces
 //! an earlier one, and an event at or below the position already folded is a duplicate.
 
+mod answers;
 mod branch;
 pub mod entry;
 pub mod keyed;
+mod outbox;
 pub mod view;
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use serde::{Deserialize, Serialize};
-use turnstream_protocol::input::merge_answer;
 use turnstream_protocol::{
-    Attachment, Cursor, ErrorDetail, Event, EventBody, HistoryResponse, InputGiven, Message,
-    MessageStatus, OnBusy, PostMessageResponse, RawJson, RequestKind, Role as WireRole, Snapshot,
-    TurnInfo,
+    Attachment, Cursor, ErrorDetail, Event, EventBody, HistoryResponse, Message, MessageStatus,
+    OnBusy, PostMessageResponse, Role as WireRole, Snapshot, TurnInfo,
 };
 
 use entry::{
     AssistantEntry, EntryError, Final, FinalSource, Node, Progress, UserEntry, UserStatus,
 };
 use keyed::{Keyed, Keys};
+pub use outbox::{Outgoing, OutgoingAnswer};
 use view::{assistant_view, user_view, Place};
 pub use view::{
     AttachmentView, BranchView, Connection, EntryStatus, EntryView, Role, ToolView, View,
 };
-
-/// A message still to post, as the outbox hands it out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outgoing {
-    pub client_message_id: String,
-    pub content: String,
-    pub attachments: Vec<Attachment>,
-    pub on_busy: Option<OnBusy>,
-    /// An edit's `parent_id` (`Some(None)`: a new first message); `None` follows the active leaf.
-    pub parent_id: Option<Option<String>>,
-}
-
-impl Outgoing {
-    fn of(u: &UserEntry) -> Outgoing {
-        Outgoing {
-            client_message_id: u.key.clone(),
-            content: u.content.clone(),
-            attachments: u.attachments.clone(),
-            on_busy: u.on_busy,
-            parent_id: u.edit.then(|| u.node.parent_id.clone()),
-        }
-    }
-}
-
-/// An answer still to post (`POST /api/turns/{turn}/input`), as the outbox hands it out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutgoingAnswer {
-    pub turn_id: String,
-    pub request_id: String,
-    pub answer: RawJson,
-}
 
 /// Version of [`CacheRecord`]; a cache of another version is ignored.
 pub const CACHE_VERSION: u32 = 2;
@@ -685,135 +655,6 @@ impl Conversation {
         self.touch(changed)
     }
 
-    // ----- answers to the agent's requests (contract v1.2) -----
-
-    /// An answer given in this browser (`respond`) or in a sibling tab (relayed): shown at once,
-    /// posted by the outbox. `sent`: the server already took it.
-    pub fn answer_local(
-        &mut self,
-        turn_id: &str,
-        request_id: &str,
-        answer: &RawJson,
-        sent: bool,
-    ) -> bool {
-        let mut created = false;
-        let offered = self
-            .turn_mut(turn_id, &mut created)
-            .offer_answer(request_id, answer, sent);
-        self.touch(created || offered)
-    }
-
-    /// The server took this browser's answer (a POST answered 200, here or in a sibling tab).
-    pub fn answer_posted(&mut self, turn_id: &str, request_id: &str) -> bool {
-        let changed = self.turns.get_mut(turn_id).is_some_and(|a| {
-            a.answers
-                .iter_mut()
-                .find(|l| l.request_id == request_id)
-                .is_some_and(|l| !std::mem::replace(&mut l.sent, true))
-        });
-        self.touch(changed)
-    }
-
-    /// The server refused this browser's answer (another was first, the turn ended, ...): it is
-    /// no longer shown nor posted.
-    pub fn drop_answer(&mut self, turn_id: &str, request_id: &str) -> bool {
-        let Some(a) = self.turns.get_mut(turn_id) else {
-            return false;
-        };
-        let before = a.answers.len();
-        a.answers.retain(|l| l.request_id != request_id);
-        let changed = a.answers.len() != before;
-        self.touch(changed)
-    }
-
-    /// The answer the server recorded, as a `409 input_already_given` tells it (the journal's
-    /// `input_given` says the same, later).
-    pub fn apply_given(&mut self, turn_id: &str, given: &InputGiven) -> bool {
-        let Some(a) = self.turns.get_mut(turn_id) else {
-            return false;
-        };
-        let before = a.progress.requests.clone();
-        merge_answer(&mut a.progress.requests, given);
-        let changed = a.progress.requests != before;
-        self.touch(changed)
-    }
-
-    /// The journal's answer to a request and its author, once known.
-    pub fn journal_answer(
-        &self,
-        turn_id: &str,
-        request_id: &str,
-    ) -> Option<(RawJson, Option<String>)> {
-        let r = self.turns.get(turn_id)?.request(request_id)?;
-        Some((r.answer.clone()?, r.answered_by.clone()))
-    }
-
-    /// The answer a request already has: the journal's, else one given in this browser (by
-    /// this tab or a sibling).
-    pub fn given_answer(
-        &self,
-        turn_id: &str,
-        request_id: &str,
-    ) -> Option<(RawJson, Option<String>)> {
-        self.journal_answer(turn_id, request_id).or_else(|| {
-            let l = self.turns.get(turn_id)?.local_answer(request_id)?;
-            Some((l.answer.clone(), None))
-        })
-    }
-
-    /// The turn a request shown belongs to, and its kind. Request ids are unique within a turn
-    /// only: an open request wins over an answered one, a later turn over an earlier one.
-    pub fn find_request(&self, request_id: &str) -> Option<(String, RequestKind)> {
-        let mut best: Option<(bool, Option<i64>, &AssistantEntry, RequestKind)> = None;
-        for a in self.turns.values() {
-            let Some(r) = a.request(request_id) else {
-                continue;
-            };
-            let open = !a.is_final() && r.answer.is_none();
-            let at = self.introduced_at(a);
-            if best.as_ref().is_none_or(|b| (open, at) > (b.0, b.1)) {
-                best = Some((open, at, a, r.kind));
-            }
-        }
-        best.map(|(_, _, a, kind)| (a.turn_id.clone(), kind))
-    }
-
-    /// An answer given here that the server has not taken yet, of a turn still open.
-    pub fn next_answer(&self) -> Option<OutgoingAnswer> {
-        self.turns
-            .values()
-            .filter(|a| !a.is_final())
-            .flat_map(|a| a.answers.iter().map(move |l| (a, l)))
-            .find(|(a, l)| {
-                // The journal's answer is this one: nothing to post.
-                !l.sent
-                    && a.request(&l.request_id)
-                        .and_then(|r| r.answer.as_ref())
-                        .is_none_or(|r| r.as_str() != l.answer.as_str())
-            })
-            .map(|(a, l)| OutgoingAnswer {
-                turn_id: a.turn_id.clone(),
-                request_id: l.request_id.clone(),
-                answer: l.answer.clone(),
-            })
-    }
-
-    /// Where this browser's answer stands: `Some(true)` taken by the server (or the journal
-    /// has it), `Some(false)` still to post, `None` when there is none or its turn has ended
-    /// without it.
-    pub fn local_answer_sent(&self, turn_id: &str, request_id: &str) -> Option<bool> {
-        let a = self.turns.get(turn_id)?;
-        let l = a.local_answer(request_id)?;
-        let recorded = a
-            .request(request_id)
-            .and_then(|r| r.answer.as_ref())
-            .is_some_and(|r| r.as_str() == l.answer.as_str());
-        if l.sent || recorded {
-            return Some(true);
-        }
-        (!a.is_final()).then_some(false)
-    }
-
     pub fn set_connection(&mut self, c: Connection) -> bool {
         let mut changed = self.connection != c;
         self.connection = c;
@@ -861,39 +702,6 @@ impl Conversation {
     /// A status check could not reach the server: hand the turn out again next time.
     pub fn check_failed(&mut self, turn_id: &str) {
         self.checking.remove(turn_id);
-    }
-
-    /// Messages still to post, oldest first.
-    pub fn outbox(&self) -> Vec<Outgoing> {
-        let mut pending: Vec<&UserEntry> = self
-            .users
-            .values()
-            .filter(|u| u.status == UserStatus::Sending)
-            .collect();
-        // Keys are unique, so an unstable sort orders them all the same (with less code).
-        pending.sort_unstable_by(|a, b| {
-            (a.created_at, a.send_order, &a.key).cmp(&(b.created_at, b.send_order, &b.key))
-        });
-        pending.into_iter().map(Outgoing::of).collect()
-    }
-
-    /// The oldest message still to post whose client_message_id `allowed` accepts: the first
-    /// of [`Conversation::outbox`] that does (without sorting them all).
-    pub fn next_to_post(&self, allowed: impl Fn(&str) -> bool) -> Option<Outgoing> {
-        self.users
-            .values()
-            .filter(|u| u.status == UserStatus::Sending && allowed(&u.key))
-            .min_by(|a, b| {
-                (a.created_at, a.send_order, &a.key).cmp(&(b.created_at, b.send_order, &b.key))
-            })
-            .map(Outgoing::of)
-    }
-
-    /// Whether a message is still waiting for the server.
-    pub fn is_sending(&self, client_message_id: &str) -> bool {
-        self.users
-            .get(client_message_id)
-            .is_some_and(|u| u.status == UserStatus::Sending)
     }
 
     pub fn to_cache(&self) -> CacheRecord {

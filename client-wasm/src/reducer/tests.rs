@@ -975,6 +975,48 @@ fn an_answer_given_here_shows_at_once_and_waits_in_the_outbox() {
 }
 
 #[test]
+fn a_tab_granted_the_outbox_takes_what_the_last_holder_stored_as_posted() {
+    use crate::reducer::sim;
+    // Two tabs hold the same answer and the same message, both unsent.
+    let mut holder = asking();
+    holder.answer_local("t1", "r0", &sim::answer(1, 0, true), false);
+    holder.send_local("c2", "next", &[], 9, None);
+    let mut next = holder.clone();
+    // The holder posts both and stores its view; a message only it has is stored too.
+    assert!(holder.answer_posted("t1", "r0"));
+    holder.apply_post_response(&PostMessageResponse {
+        message_id: "m2".into(),
+        client_message_id: Some("c2".into()),
+        turn_id: "t2".into(),
+        event_id: "e1-10".into(),
+    });
+    holder.send_local("c3", "only the holder's", &[], 11, None);
+    holder.answer_local("t1", "r2", &sim::answer(1, 2, true), false);
+    let stored = holder.to_cache();
+
+    assert_eq!(next.next_answer().map(|a| a.request_id), Some("r0".into()));
+    assert!(next.join_posted(&stored));
+    assert_eq!(
+        next.next_answer(),
+        None,
+        "the answer the holder posted is not posted again"
+    );
+    assert_eq!(next.next_to_post(|_| true), None, "nor its message");
+    assert_eq!(next.local_answer_sent("t1", "r0"), Some(true));
+    // Nothing else is taken from the record: what the holder has alone comes by its channel.
+    assert!(!next.is_sending("c3"));
+    assert_eq!(next.local_answer_sent("t1", "r2"), None);
+    assert!(!next.join_posted(&stored), "a second read changes nothing");
+    // A record of another journal says nothing of this one's.
+    let mut other = asking();
+    other.answer_local("t1", "r0", &sim::answer(1, 0, true), false);
+    let mut foreign = stored.clone();
+    foreign.epoch = Some("e9".into());
+    assert!(!other.join_posted(&foreign));
+    assert_eq!(other.next_answer().map(|a| a.request_id), Some("r0".into()));
+}
+
+#[test]
 fn requests_come_from_snapshots_turn_statuses_and_the_cache() {
     use crate::reducer::sim;
     let live = asking();

@@ -101,7 +101,7 @@ impl Client {
                 ]);
                 // One tab posts at a time (the client_message_id makes a double post harmless,
                 // but not free). Without Web Locks, each tab posts only its own messages.
-                if !env::with_lock(&lock, me.clone().drain_outbox(true)).await {
+                if !env::with_lock(&lock, me.clone().drain_shared()).await {
                     me.clone().drain_outbox(false).await;
                 }
                 if !me.outbox_again.get() || me.closed.get() {
@@ -112,15 +112,34 @@ impl Client {
         });
     }
 
-    /// Posts the outbox until it is empty, one item at a time, with one backoff for all.
-    pub(super) async fn drain_outbox(self: Rc<Self>, everyone: bool) {
+    /// The outbox under its lock, shared by the tabs of this browser. What the tab that held
+    /// the lock before posted is read from storage first: its word on the channel may come
+    /// after the lock's grant. What this tab posts is stored before the lock goes to the next.
+    async fn drain_shared(self: Rc<Self>) {
+        match self.storage.load().await {
+            Ok(records) => {
+                for rec in records {
+                    self.update(&mut |c: &mut Conversation| c.join_posted(&rec));
+                }
+            }
+            Err(e) => warn("could not read the cache", &e),
+        }
+        if self.clone().drain_outbox(true).await {
+            self.save_now().await;
+        }
+    }
+
+    /// Posts the outbox until it is empty, one item at a time, with one backoff for all; true
+    /// when the server settled any item.
+    pub(super) async fn drain_outbox(self: Rc<Self>, everyone: bool) -> bool {
         let mut attempt = 0u32;
+        let mut settled = false;
         loop {
             if self.closed.get() {
-                return;
+                return settled;
             }
             let Some(job) = self.next_job(everyone) else {
-                return;
+                return settled;
             };
             let (url, body) = self.request(&job);
             let reply = match self.endpoint.send("POST", &url, Some(&body)).await {
@@ -130,7 +149,10 @@ impl Client {
                 Err(e) => Err(e),
             };
             match self.settle_job(job, reply).await {
-                None => attempt = 0,
+                None => {
+                    attempt = 0;
+                    settled = true;
+                }
                 Some(after) => {
                     let ms = after.unwrap_or_else(|| backoff_ms(attempt, env::random()));
                     attempt = attempt.saturating_add(1);
