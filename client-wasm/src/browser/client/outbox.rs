@@ -116,6 +116,10 @@ impl Client {
     /// the lock before posted is read from storage first: its word on the channel may come
     /// after the lock's grant. What this tab posts is stored before the lock goes to the next.
     async fn drain_shared(self: Rc<Self>) {
+        // Most grants find nothing to post (a stream opened, a sibling's word): no read then.
+        if self.next_job(true).is_none() {
+            return;
+        }
         match self.storage.load().await {
             Ok(records) => {
                 for rec in records {
