@@ -500,55 +500,100 @@ async fn pg_append(
     }
 }
 
-/// Figure 1's append on `nodes` servers sharing one PostgreSQL database, next to one node's
-/// rate in the same run (`one_node`).
+/// Figure 1's append on `nodes` servers sharing one PostgreSQL database, against the same
+/// workload on one server through the same code (`in_process_nodes` with one node), the two
+/// alternated `sizes.pg_nodes_reps` times on fresh databases: the row gives the medians and
+/// the median of each pair's ratio; the single-node row of the same run (`one_node`) is shown
+/// beside them.
 async fn pg_append_nodes(sizes: &Sizes, admin: &str, nodes: usize, one_node: Option<f64>) -> Row {
+    let reps = sizes.pg_nodes_reps.max(1);
     let mut r = Row::new(
         format!(
-            "1. PostgreSQL, {nodes} nodes: durable append, events/s (200 B payloads; {nodes} servers' runners + journal writers in process, one database, {} concurrent turns × {} events, each turn on one node)",
+            "1. PostgreSQL, {nodes} nodes: durable append, events/s (200 B payloads; {nodes} servers' runners + journal writers in process, one database, {} concurrent turns × {} events, each turn on one node; {reps} runs alternated with one node's)",
             sizes.pg_append_sessions, sizes.pg_append_events
         ),
         "≥ one node",
     );
     eprintln!(
-        "PostgreSQL journal path on {nodes} nodes: {} producers × {} events",
+        "PostgreSQL journal path on {nodes} nodes and on one, alternated {reps} times: {} producers × {} events",
         sizes.pg_append_sessions, sizes.pg_append_events
     );
-    let run = async {
-        let url = pg::fresh_database(admin, "nodes").await?;
-        append::in_process_nodes(
-            &url,
-            nodes,
-            sizes.pg_append_sessions,
-            sizes.pg_append_events,
-        )
-        .await
+    let run = |n: usize| async move {
+        let url = pg::fresh_database(admin, if n == 1 { "node" } else { "nodes" }).await?;
+        append::in_process_nodes(&url, n, sizes.pg_append_sessions, sizes.pg_append_events).await
     };
-    match run.await {
-        Err(e) => r.ours = failed(e),
-        Ok(t) => {
-            r.ours = format!(
-                "{}/s ({} events in {:.2} s, mean group commit {:.0} writes; commits per node {})",
-                thousands(t.rate()),
-                thousands(t.events as f64),
-                t.secs,
-                t.mean_batch,
-                t.commits
-                    .iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            if let Some(one) = one_node {
-                r.comparisons.push(format!(
-                    "PostgreSQL one node, same run: {}/s",
-                    thousands(one)
-                ));
-                r.ratio = format!("{:.2}× one node", t.rate() / one);
+    let mut many: Vec<append::OnNodes> = Vec::with_capacity(reps);
+    let mut single: Vec<f64> = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        match run(1).await {
+            Ok(t) => single.push(t.rate()),
+            Err(e) => {
+                r.ours = failed(e);
+                return r;
+            }
+        }
+        match run(nodes).await {
+            Ok(t) => many.push(t),
+            Err(e) => {
+                r.ours = failed(e);
+                return r;
             }
         }
     }
+    let rates: Vec<f64> = many.iter().map(append::OnNodes::rate).collect();
+    let ratios: Vec<f64> = rates.iter().zip(&single).map(|(m, s)| m / s).collect();
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| thousands(*x))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    // The run whose rate is the median stands for the others' details.
+    let mid = &many[median_index(&rates)];
+    r.ours = format!(
+        "{}/s median (runs {}/s; the median run: {} events in {:.2} s, mean group commit {:.0} writes; commits per node {})",
+        thousands(rates[median_index(&rates)]),
+        list(&rates),
+        thousands(mid.events as f64),
+        mid.secs,
+        mid.mean_batch,
+        mid.commits
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut one = format!(
+        "one node, same workload and code, alternated: {}/s median (runs {}/s)",
+        thousands(single[median_index(&single)]),
+        list(&single)
+    );
+    if let Some(row) = one_node {
+        let _ = write!(
+            one,
+            "; PostgreSQL one node's row, same run: {}/s",
+            thousands(row)
+        );
+    }
+    r.comparisons.push(one);
+    r.ratio = format!(
+        "{:.2}× one node (median of {} pairs: {})",
+        ratios[median_index(&ratios)],
+        ratios.len(),
+        ratios
+            .iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     r
+}
+
+/// The index of `v`'s median (the lower one of an even count); `v` is not empty.
+fn median_index(v: &[f64]) -> usize {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    idx.sort_by(|a, b| v[*a].total_cmp(&v[*b]));
+    idx[(idx.len() - 1) / 2]
 }
 
 fn p99(s: &mut Samples) -> f64 {

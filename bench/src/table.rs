@@ -45,6 +45,9 @@ pub struct Sizes {
     /// PostgreSQL: producers × events each of the in-process append run.
     pub pg_append_sessions: u64,
     pub pg_append_events: u64,
+    /// PostgreSQL: runs of one node and of three nodes, alternated, behind the three-node row
+    /// (each run is short: one pair says more about the machine's moment than the nodes).
+    pub pg_nodes_reps: usize,
     /// PostgreSQL: paced turns of the latency run, each one delta every this many µs.
     pub pg_latency_sessions: u64,
     pub pg_latency_pace_us: u64,
@@ -85,6 +88,7 @@ impl Sizes {
                 tabs: vec![1, 6],
                 pg_append_sessions: 8,
                 pg_append_events: 100,
+                pg_nodes_reps: 1,
                 pg_latency_sessions: 4,
                 pg_latency_pace_us: 4000,
                 pg_http_sessions: 4,
@@ -118,6 +122,7 @@ impl Sizes {
                 tabs: vec![1, 6, 12, 20],
                 pg_append_sessions: 64,
                 pg_append_events: 300,
+                pg_nodes_reps: 3,
                 pg_latency_sessions: 20,
                 pg_latency_pace_us: 20_000,
                 pg_http_sessions: 32,
