@@ -522,25 +522,24 @@ async fn pg_append_nodes(sizes: &Sizes, admin: &str, nodes: usize, one_node: Opt
         let url = pg::fresh_database(admin, if n == 1 { "node" } else { "nodes" }).await?;
         append::in_process_nodes(&url, n, sizes.pg_append_sessions, sizes.pg_append_events).await
     };
-    let mut many: Vec<append::OnNodes> = Vec::with_capacity(reps);
-    let mut single: Vec<f64> = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        match run(1).await {
-            Ok(t) => single.push(t.rate()),
-            Err(e) => {
-                r.ours = failed(e);
-                return r;
-            }
+    // Each pair: one node's rate, then the run on `nodes`.
+    let runs = async {
+        let mut pairs = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let one = run(1).await?.rate();
+            pairs.push((one, run(nodes).await?));
         }
-        match run(nodes).await {
-            Ok(t) => many.push(t),
-            Err(e) => {
-                r.ours = failed(e);
-                return r;
-            }
+        anyhow::Ok(pairs)
+    };
+    let pairs = match runs.await {
+        Ok(pairs) => pairs,
+        Err(e) => {
+            r.ours = failed(e);
+            return r;
         }
-    }
-    let rates: Vec<f64> = many.iter().map(append::OnNodes::rate).collect();
+    };
+    let single: Vec<f64> = pairs.iter().map(|(one, _)| *one).collect();
+    let rates: Vec<f64> = pairs.iter().map(|(_, t)| t.rate()).collect();
     let ratios: Vec<f64> = rates.iter().zip(&single).map(|(m, s)| m / s).collect();
     let list = |v: &[f64]| {
         v.iter()
@@ -549,15 +548,16 @@ async fn pg_append_nodes(sizes: &Sizes, admin: &str, nodes: usize, one_node: Opt
             .join("; ")
     };
     // The run whose rate is the median stands for the others' details.
-    let mid = &many[median_index(&rates)];
+    let mid = median_index(&rates);
+    let (_, t) = &pairs[mid];
     r.ours = format!(
         "{}/s median (runs {}/s; the median run: {} events in {:.2} s, mean group commit {:.0} writes; commits per node {})",
-        thousands(rates[median_index(&rates)]),
+        thousands(rates[mid]),
         list(&rates),
-        thousands(mid.events as f64),
-        mid.secs,
-        mid.mean_batch,
-        mid.commits
+        thousands(t.events as f64),
+        t.secs,
+        t.mean_batch,
+        t.commits
             .iter()
             .map(u64::to_string)
             .collect::<Vec<_>>()
@@ -1112,5 +1112,18 @@ async fn pg_replay(sizes: &Sizes, admin: &str, sqlite: &[(u64, String, f64)], ro
             },
         });
         rows.push(row);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median_index;
+
+    #[test]
+    fn median_index_is_nearest_rank() {
+        // As `Samples::pct(50.0)`: the middle of an odd count, the lower middle of an even one.
+        assert_eq!(median_index(&[3.0, 1.0, 2.0]), 2);
+        assert_eq!(median_index(&[4.0, 1.0, 3.0, 2.0]), 3);
+        assert_eq!(median_index(&[7.0]), 0);
     }
 }
