@@ -370,7 +370,7 @@ async fn pg_append(
                     let into = pg::fresh_database(admin, "raw").await?;
                     let metrics =
                         std::sync::Arc::new(turnstream_server::metrics::Metrics::default());
-                    let hub = turnstream_server::hub::Hub::with_metrics(metrics.clone());
+                    let hub = turnstream_server::live::hub::Hub::with_metrics(metrics.clone());
                     let j = turnstream_server::journal::Journal::open_database(
                         &turnstream_server::journal::Database::Postgres(into.clone()),
                         metrics,

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::limits::MAX_ID_LEN;
+use crate::turn::TurnState;
 
 /// Most requests one turn may open.
 pub const MAX_REQUESTS_PER_TURN: usize = 16;
@@ -515,7 +516,7 @@ pub struct InputAnswerResponse {
     pub request_id: String,
     /// The turn's state after the answer: `running` once every open request is answered,
     /// `waiting` while others are open.
-    pub state: crate::TurnState,
+    pub state: TurnState,
 }
 
 /// What `POST .../messages` does while a turn of the session is queued, running or waiting

@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::Message;
-use crate::event::{ToolCall, TurnState};
 use crate::input::{InputRequest, RawJson};
+use crate::message::Message;
+use crate::turn::{ToolCall, TurnState};
 
 /// Longest `wait_ms` of a claim: how long one claim may long-poll for a turn.
 pub const MAX_CLAIM_WAIT_MS: u64 = 60_000;

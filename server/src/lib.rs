@@ -21,10 +21,11 @@
 //!   `journal::engine::Engine` each; the writer thread with group commit,
 //!   stream reads, recovery and retention. Knows nothing of HTTP or SSE: it hands what committed
 //!   to a [`journal::FanOut`].
-//! - [`live`]: the fan-out the server uses: encodes each committed event once and hands it to
-//!   the [`hub`], which delivers it to subscribers (with lag detection) and keeps the replay tail:
-//!   a [`frame::Frame`] each, into each subscriber's [`inbox`].
-//! - [`frames`]: SSE framing, in one place (live, replay and the stream's own events).
+//! - [`live`]: the live path, one folder: the fan-out the server uses ([`live::LiveFeed`])
+//!   encodes each committed event once ([`live::encode`], SSE framing in one place, for live,
+//!   replay and the stream's own events) and hands it to the [`live::hub`], which delivers it to
+//!   subscribers (with lag detection) and keeps the replay tail: a [`live::Frame`] each, into
+//!   each subscriber's [`live::inbox`].
 //! - [`auth`]: tokens and service keys; [`metrics`]: the Prometheus counters.
 //! - [`config`]: command-line and environment configuration, mapped to each component's options.
 //! - [`serve`] and [`edge`]: binding, the accept loop and its connection-level limits (deadlines
@@ -42,12 +43,8 @@ pub mod clock;
 pub mod config;
 pub mod edge;
 pub mod error;
-pub mod frame;
-pub mod frames;
 pub mod gateway;
-pub mod hub;
 mod ids;
-pub mod inbox;
 pub mod journal;
 pub mod live;
 pub mod logging;
@@ -106,7 +103,7 @@ pub async fn run_configured(
         .tls()
         .map_err(|e| error::Error::Config(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::default());
-    let hub = hub::Hub::with_metrics(metrics.clone());
+    let hub = live::Hub::with_metrics(metrics.clone());
     hub.set_tail_budget(config.replay_cache_mb.saturating_mul(1024 * 1024));
     let journal = Journal::open_database(
         &config.database(),

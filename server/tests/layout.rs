@@ -1,6 +1,7 @@
-//! The module layout of `server/src`, read from its `crate::` and `super::` paths: no import
-//! circle among the modules of one parent (the crate's components, and the modules inside each
-//! of them), and no module but the crate root using an item of the crate root. Test code
+//! The module layout of the repository's crates, read from their `crate::` and `super::` paths:
+//! no import circle among the modules of one parent (a crate's components, and the modules inside
+//! each of them) in any crate (`server`, `protocol`, `client-wasm`, `bench`), and in the server no
+//! module but the crate root using an item of the crate root. Test code
 //! (`#[cfg(test)]` modules, `tests.rs` files, `tests/` folders) is left out: it may reach
 //! across for fixtures.
 //!
@@ -38,7 +39,10 @@ fn module_of(rel: &Path) -> Vec<String> {
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -77,7 +81,10 @@ fn code_lines(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-fn sources(root: &Path) -> Result<Vec<Source>, Box<dyn std::error::Error>> {
+/// The files of the crate whose sources are under `root`. `binary`: `main.rs` is the crate root
+/// (the bench); else it is a crate of its own and left out (the server's binary). Programs under
+/// `bin/` are crates of their own.
+fn sources(root: &Path, binary: bool) -> Result<Vec<Source>, Box<dyn std::error::Error>> {
     let mut files = Vec::new();
     rust_files(root, &mut files)?;
     let mut out = Vec::new();
@@ -87,7 +94,8 @@ fn sources(root: &Path) -> Result<Vec<Source>, Box<dyn std::error::Error>> {
         // The binary is a crate of its own; test files (`tests.rs`, a `tests/` folder of
         // modules) are test code.
         let test_code = name.as_deref() == Some("tests.rs") || rel.iter().any(|p| p == "tests");
-        if test_code || rel == Path::new("main.rs") {
+        let other_crate = (!binary && rel == Path::new("main.rs")) || rel.starts_with("bin");
+        if test_code || other_crate {
             continue;
         }
         let text = std::fs::read_to_string(&file)?;
@@ -261,9 +269,33 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
+/// The circles among the modules of one parent, each with the lines that make it.
+fn circles(edges: &Edges) -> Vec<String> {
+    let mut circles = Vec::new();
+    for (parent, graph) in edges {
+        if let Some(c) = circle(graph) {
+            let seen: Vec<String> = c
+                .windows(2)
+                .filter_map(|w| graph.get(&(w[0].clone(), w[1].clone())).cloned())
+                .collect();
+            let parent = if parent.is_empty() {
+                "crate".to_string()
+            } else {
+                format!("crate::{}", parent.join("::"))
+            };
+            circles.push(format!(
+                "in {parent}: {}\n  {}",
+                c.join(" -> "),
+                seen.join("\n  ")
+            ));
+        }
+    }
+    circles
+}
+
 #[test]
 fn no_import_circle_and_nothing_uses_the_crate_root() -> TestResult {
-    let sources = sources(&src())?;
+    let sources = sources(&src(), false)?;
     assert!(sources.len() > 40, "found only {} files", sources.len());
     let (edges, root_items) = edges(&sources);
     // The check reads what it should: dependencies it must see are there.
@@ -285,30 +317,47 @@ fn no_import_circle_and_nothing_uses_the_crate_root() -> TestResult {
         "only the crate root may use the crate root's items:\n{}",
         root_items.join("\n")
     );
-    let mut circles = Vec::new();
-    for (parent, graph) in &edges {
-        if let Some(c) = circle(graph) {
-            let seen: Vec<String> = c
-                .windows(2)
-                .filter_map(|w| graph.get(&(w[0].clone(), w[1].clone())).cloned())
-                .collect();
-            let parent = if parent.is_empty() {
-                "crate".to_string()
-            } else {
-                format!("crate::{}", parent.join("::"))
-            };
-            circles.push(format!(
-                "in {parent}: {}\n  {}",
-                c.join(" -> "),
-                seen.join("\n  ")
-            ));
-        }
-    }
+    let circles = circles(&edges);
     assert!(
         circles.is_empty(),
         "import circles:\n{}",
         circles.join("\n")
     );
+    Ok(())
+}
+
+/// The other crates of the workspace have no import circle either (their roots re-export and
+/// share helpers, so only circles are checked there).
+#[test]
+fn no_import_circle_in_the_other_crates() -> TestResult {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repository folder")?;
+    let mut found = Vec::new();
+    for (krate, binary, at_least, must_see) in [
+        ("protocol", false, 8, ("event", "message")),
+        ("client-wasm", false, 20, ("browser", "codec")),
+        ("bench", true, 15, ("report", "stats")),
+    ] {
+        let sources = sources(&repo.join(krate).join("src"), binary)?;
+        assert!(
+            sources.len() >= at_least,
+            "{krate}: found only {} files",
+            sources.len()
+        );
+        let (edges, _) = edges(&sources);
+        let top = edges
+            .get(&Vec::new())
+            .ok_or_else(|| format!("{krate}: no dependency between modules"))?;
+        assert!(
+            top.contains_key(&(must_see.0.to_string(), must_see.1.to_string())),
+            "{krate}: {} -> {} not seen",
+            must_see.0,
+            must_see.1
+        );
+        found.extend(circles(&edges).into_iter().map(|c| format!("{krate}: {c}")));
+    }
+    assert!(found.is_empty(), "import circles:\n{}", found.join("\n"));
     Ok(())
 }
 

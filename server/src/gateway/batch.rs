@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::hub::{Frame, TailReplay};
+use crate::live::hub::{Frame, TailReplay};
 
 /// Largest write a stream makes from several frames.
 pub(super) const BATCH_BYTES: usize = 64 * 1024;

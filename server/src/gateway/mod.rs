@@ -55,7 +55,7 @@ pub struct Limits {
 pub struct AppState {
     pub journal: Journal,
     /// Live fan-out of committed events, and the replay tail.
-    pub hub: Arc<crate::hub::Hub>,
+    pub hub: Arc<crate::live::hub::Hub>,
     pub turns: Arc<Turns>,
     pub limits: Arc<Limits>,
     /// Tokens and service keys; with none configured every request is allowed (contract v1).

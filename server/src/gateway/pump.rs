@@ -16,9 +16,9 @@ use turnstream_protocol::ResyncReason;
 
 use super::batch::{Batch, TailWrites};
 use super::quota::StreamSlot;
-use crate::frames;
-use crate::hub::{Subscription, TailReplay};
 use crate::journal::{Journal, Page};
+use crate::live::encode;
+use crate::live::hub::{Subscription, TailReplay};
 use crate::metrics::Metrics;
 
 /// Events read from the journal per query while replaying.
@@ -194,7 +194,7 @@ impl Pump {
                 self.phase = Phase::Done;
                 self.pending = VecDeque::new();
                 self.timer = None;
-                return Poll::Ready(Some(Bytes::from(frames::token_expired_frame())));
+                return Poll::Ready(Some(Bytes::from(encode::token_expired_frame())));
             }
             if let Some(chunk) = self.pending.pop_front() {
                 if self.pending.is_empty() {
@@ -213,7 +213,7 @@ impl Pump {
                     let reason = *reason;
                     self.metrics().resync(reason);
                     self.phase = Phase::Done;
-                    return Poll::Ready(Some(Bytes::from(frames::resync_frame(reason))));
+                    return Poll::Ready(Some(Bytes::from(encode::resync_frame(reason))));
                 }
                 Phase::CatchUp => {
                     if self.sub.is_closed() {
@@ -226,7 +226,7 @@ impl Pump {
                     let after = self.last;
                     self.phase = Phase::Reading(Box::pin(async move {
                         journal
-                            .read_after(sessions, after, REPLAY_PAGE, frames::write_event)
+                            .read_after(sessions, after, REPLAY_PAGE, encode::write_event)
                             .await
                     }));
                 }

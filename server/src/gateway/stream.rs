@@ -21,9 +21,9 @@ use super::error::AppError;
 use super::pump::{ConnectionGuard, Pump, REPLAY_PAGE};
 use super::{access, AppState, Peer};
 use crate::auth::{Principal, Scope};
-use crate::frames;
-use crate::hub::TailReplay;
 use crate::journal::{Journal, StreamStart};
+use crate::live::encode;
+use crate::live::hub::TailReplay;
 use tokio::time::Instant;
 /// Most events a resume takes from the replay tail at once (the rest, if any, from the journal).
 const TAIL_PAGE: usize = 20_000;
@@ -137,7 +137,7 @@ pub(crate) async fn stream(
                     resume,
                     want_snapshot,
                     REPLAY_PAGE,
-                    frames::write_event,
+                    encode::write_event,
                 )
                 .await?,
         ),
@@ -156,11 +156,11 @@ pub(crate) async fn stream(
         Start::Tail(tail, after) => pump.start_from_tail(tail, after),
         Start::Journal(Err(reason)) => {
             pump.metrics().resync(reason);
-            prelude.push_str(&frames::resync_frame(reason));
+            prelude.push_str(&encode::resync_frame(reason));
         }
         Start::Journal(Ok(start)) => {
             if let Some(snapshot) = &start.snapshot {
-                let frame = frames::snapshot_frame(snapshot)
+                let frame = encode::snapshot_frame(snapshot)
                     .map_err(|e| AppError::from(crate::error::Error::from(e)))?;
                 prelude.push_str(&frame);
             }

@@ -471,7 +471,7 @@ mod tests {
     /// A writer on a fresh database with a table whose deferred foreign key is checked only at
     /// COMMIT: a job that breaks it makes the whole batch's commit fail, as a full disk or an
     /// I/O error at commit time would.
-    type Built = (Arc<crate::hub::Hub>, Writer);
+    type Built = (Arc<crate::live::hub::Hub>, Writer);
 
     /// The writer, and the hub its live feed publishes to.
     fn writer(dir: &std::path::Path) -> std::result::Result<Built, Box<dyn std::error::Error>> {
@@ -483,7 +483,7 @@ mod tests {
              CREATE TABLE child(parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED);",
         )?;
         let metrics = Arc::new(Metrics::default());
-        let hub = crate::hub::Hub::with_metrics(metrics.clone());
+        let hub = crate::live::hub::Hub::with_metrics(metrics.clone());
         let fanout: Arc<dyn FanOut> = crate::live::LiveFeed::new(hub.clone());
         let head = Arc::new(AtomicI64::new(0));
         Ok((

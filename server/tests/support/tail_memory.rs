@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use turnstream_protocol::sse;
-use turnstream_server::hub::{Frame, Hub};
+use turnstream_server::live::hub::{Frame, Hub};
 use turnstream_server::metrics::Metrics;
 
 /// Resident memory of this process, in bytes (Linux only).

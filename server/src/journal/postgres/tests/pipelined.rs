@@ -67,7 +67,7 @@ impl Db {
     /// A writer of this database, as the journal runs it.
     fn writer(&self) -> Result<Writer> {
         let metrics = Arc::new(Metrics::default());
-        let hub = crate::hub::Hub::with_metrics(metrics.clone());
+        let hub = crate::live::hub::Hub::with_metrics(metrics.clone());
         let fanout: Arc<dyn FanOut> = crate::live::LiveFeed::new(hub);
         let head = Arc::new(AtomicI64::new(self.engine.head()));
         Ok(Writer {

@@ -47,7 +47,7 @@ where
 /// A journal (one server's) on the database at `url`.
 async fn open(url: &str) -> std::result::Result<Journal, Box<dyn std::error::Error>> {
     let metrics = Arc::new(Metrics::default());
-    let hub = crate::hub::Hub::with_metrics(metrics.clone());
+    let hub = crate::live::hub::Hub::with_metrics(metrics.clone());
     Ok(Journal::open_database(
         &Database::Postgres(url.to_string()),
         metrics,

@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-pub use crate::frame::Frame;
-use crate::inbox::Inbox;
-pub use crate::inbox::{Taken, SUBSCRIBER_QUEUE};
+pub use super::frame::Frame;
+use super::inbox::Inbox;
+pub use super::inbox::{Taken, SUBSCRIBER_QUEUE};
 use crate::metrics::Metrics;
 use crate::mutex::lock;
 
@@ -733,7 +733,7 @@ mod tests {
         use std::sync::atomic::AtomicUsize;
         const STREAMS: usize = 1000;
         const ROUNDS: i64 = 200;
-        let rt = crate::inbox::stress::runtime();
+        let rt = crate::live::inbox::stress::runtime();
         let hub = Hub::new();
         let taken = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..STREAMS)
@@ -759,10 +759,10 @@ mod tests {
         for round in 1..=ROUNDS {
             let seq = 3 * round;
             hub.publish(&[frame(seq - 2, "a"), frame(seq - 1, "a"), frame(seq, "b")]);
-            crate::inbox::stress::wait_for_round(&taken, STREAMS * 2 * round as usize, round);
+            crate::live::inbox::stress::wait_for_round(&taken, STREAMS * 2 * round as usize, round);
         }
         hub.close();
-        for last in crate::inbox::stress::lasts(&rt, tasks) {
+        for last in crate::live::inbox::stress::lasts(&rt, tasks) {
             assert_eq!(last, 3 * ROUNDS - 1);
         }
     }

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use crate::frame::Frame;
+use super::frame::Frame;
 use crate::mutex::lock;
 
 /// Frames a subscriber may have queued before it is flagged lagged.
