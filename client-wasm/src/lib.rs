@@ -5,6 +5,7 @@
 //!   responses, optimistic sends, turn-status checks, sibling tabs) into one ordered view.
 //! - [`tabs`]: what sibling tabs tell each other over a BroadcastChannel.
 //! - [`relay`]: what the tabs of an origin tell each other to share one stream.
+//! - [`streams`]: which streams the leader tab holds for the sessions every tab shows.
 //! - [`codec`]: the JSON read and written, by hand rather than with serde (package size).
 //! - [`retry`]: when to try again and what an HTTP answer means for a queued message.
 //! - `browser` (wasm32 only): the thin ring around the reducer — fetch, EventSource, IndexedDB,
@@ -14,6 +15,7 @@ pub mod codec;
 pub mod reducer;
 pub mod relay;
 pub mod retry;
+pub mod streams;
 pub mod tabs;
 
 #[cfg(target_arch = "wasm32")]

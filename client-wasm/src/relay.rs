@@ -20,6 +20,13 @@ pub struct StreamState {
     pub open: bool,
 }
 
+impl StreamState {
+    /// This is stream `sid`, and it carries `session`.
+    pub fn carries(&self, sid: &str, session: &str) -> bool {
+        self.sid == sid && self.sessions.iter().any(|s| s == session)
+    }
+}
+
 /// One session a tab shows, and how far it has read it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Want {
@@ -101,6 +108,19 @@ impl Follow {
     pub fn reset(&mut self, pos: Option<String>) {
         self.pos = pos;
         self.covered = None;
+    }
+
+    /// The leader's `streams` as they stand, for the view of `session`: it follows the one
+    /// carrying the session when it is complete up to where that stream has gone (see
+    /// [`Follow::state`]). `known`: the streams this tab had heard of already.
+    pub fn cover(&mut self, session: &str, streams: &[StreamState], known: &[String]) -> Fit {
+        match streams
+            .iter()
+            .find(|s| s.sessions.iter().any(|x| x == session))
+        {
+            Some(s) => self.state(s, !known.contains(&s.sid)),
+            None => Fit::Ignore,
+        }
     }
 
     /// A frame of stream `sid` that moved it from `prev` to `last` (`last` empty for a frame that
@@ -275,6 +295,29 @@ mod tests {
         // The view ahead of the stream: frames it holds already fold once, and it keeps its place.
         assert_eq!(f.frame("b", Some(&at(3)), &at(4)), Fit::Deliver);
         assert_eq!(f.pos.as_deref(), Some("e1-4"));
+    }
+
+    #[test]
+    fn a_view_follows_the_stream_carrying_its_session() {
+        let streams = [stream("a", 0, Some(3))];
+        assert!(streams[0].carries("a", "t") && !streams[0].carries("a", "u"));
+        assert!(!streams[0].carries("b", S));
+        let mut f = Follow::default();
+        f.reset(Some(at(3)));
+        assert_eq!(
+            f.cover("u", &streams, &[]),
+            Fit::Ignore,
+            "no stream carries it"
+        );
+        assert_eq!(f.covered, None);
+        assert_eq!(f.cover(S, &streams, &[]), Fit::Deliver);
+        assert_eq!(f.covered.as_deref(), Some("a"));
+        // An older leader that does not say `last`: only a stream new to the tab covers it.
+        let older = [stream("b", 2, None)];
+        let mut f = Follow::default();
+        f.reset(Some(at(3)));
+        assert_eq!(f.cover(S, &older, &["b".into()]), Fit::Ignore);
+        assert_eq!(f.cover(S, &older, &[]), Fit::Deliver);
     }
 
     #[test]

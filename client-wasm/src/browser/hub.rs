@@ -25,11 +25,10 @@ use super::env::{self, GlobalListener, Waker};
 use super::leader;
 use super::relay::RelayChannel;
 use super::stream::{Frame, Signal, Stream};
-use crate::relay::{at_or_before, Fit, Follow, Relay, StreamState, Want};
+use crate::relay::{Fit, Follow, Relay, StreamState, Want};
 use crate::retry::backoff_ms;
+use crate::streams::{self, Held, Wanted};
 
-/// Sessions on one stream (the server's limit).
-const MAX_SESSIONS: usize = 32;
 /// The leader's heartbeat; followers announce themselves every [`ANNOUNCE_EVERY`] ticks.
 const TICK_MS: u32 = 500;
 const ANNOUNCE_EVERY: u32 = 4;
@@ -59,24 +58,8 @@ struct Member {
     on: Rc<dyn On<Signal>>,
 }
 
-/// A stream the leader holds.
-struct Group {
-    state: StreamState,
-    /// The resume position: the last event id delivered (or `from`).
-    last: String,
-    stream: Option<Stream>,
-    attempt: u32,
-}
-
-impl Group {
-    /// The stream as the relay tells it: with how far it has gone.
-    fn said(&self) -> StreamState {
-        StreamState {
-            last: Some(self.last.clone()),
-            ..self.state.clone()
-        }
-    }
-}
+/// A stream the leader holds, with its `EventSource`.
+type Group = Held<Stream>;
 
 struct Remote {
     tab: String,
@@ -175,13 +158,6 @@ impl Drop for Membership {
         } else {
             self.hub.members_changed();
         }
-    }
-}
-
-fn lowest(a: Option<String>, b: &str) -> Option<String> {
-    match a {
-        Some(a) if at_or_before(&a, b) => Some(a),
-        _ => Some(b.to_owned()),
     }
 }
 
@@ -456,9 +432,7 @@ impl Hub {
         };
         let mut missed = false;
         for m in self.members.borrow_mut().iter_mut() {
-            if let Some(s) = streams.iter().find(|s| s.sessions.contains(&m.session)) {
-                missed |= m.follow.state(s, !known.contains(&s.sid)) == Fit::Missed;
-            }
+            missed |= m.follow.cover(&m.session, streams, &known) == Fit::Missed;
         }
         missed
     }
@@ -469,12 +443,9 @@ impl Hub {
             self.groups
                 .borrow()
                 .iter()
-                .any(|g| g.state.sid == sid && g.state.sessions.iter().any(|s| s == session))
+                .any(|g| g.state.carries(sid, session))
         } else {
-            self.seen
-                .borrow()
-                .iter()
-                .any(|s| s.sid == sid && s.sessions.iter().any(|s| s == session))
+            self.seen.borrow().iter().any(|s| s.carries(sid, session))
         }
     }
 
@@ -594,123 +565,56 @@ impl Hub {
         self.remotes
             .borrow_mut()
             .retain(|r| now - r.seen < TAB_GONE_MS);
-        // (session, position, covered, speaks of our current streams)
-        let mut wants: Vec<(String, String, Option<String>, bool)> = Vec::new();
-        for m in self.members.borrow().iter() {
+        let members = self.members.borrow();
+        let remotes = self.remotes.borrow();
+        // Our own sessions first, then the other tabs'.
+        let mut wants: Vec<Wanted<'_>> = Vec::new();
+        for m in members.iter() {
             if let Some(pos) = &m.follow.pos {
-                wants.push((
-                    m.session.clone(),
-                    pos.clone(),
-                    m.follow.covered.clone(),
-                    true,
-                ));
+                wants.push(Wanted {
+                    session: &m.session,
+                    pos,
+                    covered: m.follow.covered.as_deref(),
+                    current: true,
+                });
             }
         }
-        for r in self.remotes.borrow().iter() {
+        for r in remotes.iter() {
             for w in &r.wants {
-                wants.push((
-                    w.session.clone(),
-                    w.pos.clone(),
-                    w.covered.clone(),
-                    r.generation == generation,
-                ));
+                wants.push(Wanted {
+                    session: &w.session,
+                    pos: &w.pos,
+                    covered: w.covered.as_deref(),
+                    current: r.generation == generation,
+                });
             }
         }
         let mut groups = self.groups.borrow_mut();
-        let mut dirty = vec![false; groups.len()];
-        // Sessions nobody shows any more leave their stream.
-        for (i, g) in groups.iter_mut().enumerate() {
-            let before = g.state.sessions.len();
-            g.state.sessions.retain(|s| wants.iter().any(|w| &w.0 == s));
-            dirty[i] |= g.state.sessions.len() != before;
-        }
-        // The position each stream must (re)start from, for what is not covered.
-        let mut need: Vec<Option<String>> = vec![None; groups.len()];
-        for (session, pos, covered, current) in &wants {
-            match groups
-                .iter()
-                .position(|g| g.state.sessions.contains(session))
-            {
-                Some(i) => {
-                    let ok = covered.as_deref() == Some(groups[i].state.sid.as_str());
-                    if !ok && *current {
-                        need[i] = lowest(need[i].take(), pos);
-                        dirty[i] = true;
-                    }
-                }
-                None => {
-                    let i = match groups
-                        .iter()
-                        .position(|g| g.state.sessions.len() < MAX_SESSIONS)
-                    {
-                        Some(i) => i,
-                        None => {
-                            groups.push(Group {
-                                state: StreamState {
-                                    sid: String::new(),
-                                    sessions: Vec::new(),
-                                    from: pos.clone(),
-                                    last: None,
-                                    open: false,
-                                },
-                                last: pos.clone(),
-                                stream: None,
-                                attempt: 0,
-                            });
-                            dirty.push(true);
-                            need.push(None);
-                            groups.len() - 1
-                        }
-                    };
-                    groups[i].state.sessions.push(session.clone());
-                    need[i] = lowest(need[i].take(), pos);
-                    dirty[i] = true;
-                }
-            }
-        }
-        let mut i = 0;
-        let mut changed = false;
-        while i < groups.len() {
-            if groups[i].state.sessions.is_empty() {
-                groups.remove(i);
-                dirty.remove(i);
-                need.remove(i);
-                changed = true;
-                continue;
-            }
-            if dirty[i] {
-                let g = &mut groups[i];
-                let from = match need[i].take() {
-                    Some(n) if g.state.sid.is_empty() => n,
-                    Some(n) => lowest(Some(n), &g.last).unwrap_or_default(),
-                    None => g.last.clone(),
-                };
-                let n = self.counter.get();
-                self.counter.set(n.wrapping_add(1));
-                let mut sid = self.tab.clone();
-                sid.push('.');
-                crate::codec::write_int(&mut sid, i64::from(n));
-                g.state.sid = sid;
-                g.state.from = from.clone();
-                g.state.open = false;
-                g.last = from;
+        let plan = streams::plan(&mut groups, &wants, || {
+            let n = self.counter.get();
+            self.counter.set(n.wrapping_add(1));
+            let mut sid = self.tab.clone();
+            sid.push('.');
+            crate::codec::write_int(&mut sid, i64::from(n));
+            sid
+        });
+        drop(wants);
+        drop((members, remotes));
+        for &i in &plan.opening {
+            // It reopens under a new name: what the old one delivers is of no use.
+            if let Some(g) = groups.get_mut(i) {
                 g.stream = None;
                 g.attempt = 0;
-                changed = true;
             }
-            i += 1;
         }
-        let opening: Vec<usize> = (0..groups.len())
-            .filter(|&i| groups[i].stream.is_none() && dirty[i])
-            .collect();
         let states: Vec<StreamState> = groups.iter().map(Group::said).collect();
         drop(groups);
-        if changed {
+        if plan.changed {
             self.generation.set(self.generation.get() + 1);
             self.cover(&states);
             self.broadcast_state();
         }
-        for i in opening {
+        for i in plan.opening {
             self.open_group(i);
         }
         self.update_live();
