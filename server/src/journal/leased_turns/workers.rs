@@ -1,171 +1,19 @@
-//! Leased turns in storage, for worker processes and for servers sharing a journal alike: a
-//! queued turn is claimed under a lease (see [`super::lease`]), the one way a leased turn
-//! starts; its output is appended fenced by the lease token, so whoever lost the lease (a worker
-//! that went silent, a server that stalled or was cut off, and whose turn was ended
-//! `interrupted`) can never write to it again; the lease is renewed, and expired leases end
-//! their turns. A session's turns still run one at a time, in order, across all of them.
-//!
-//! Every check and change of one request is one write transaction, and write transactions of
-//! all servers are serialized by the journal's counter row, so racing requests (two claims, a
-//! cancel and a complete, two servers claiming one turn) are ordered. A worker's output is
-//! appended with its `seq` in the same transaction, so a retry appends nothing.
+//! Workers' claims and requests on leased turns: a claim hands out the oldest queued turns,
+//! each under a new lease; a worker's events, heartbeat, completion and failure are checked
+//! against its lease and fenced by its token; a cancel or an expired lease ends the turn.
 
 use std::time::Duration;
 
 use turnstream_protocol::worker::{Continuation, NO_SEQ};
 use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
 
-use super::lease::{Lease, LeaseError};
-use super::lifecycle::end_turn_in;
-use super::rows::{
-    fold_turn, message_by_id, turn_by_id, turn_from_row, TURN_COLUMNS, TURN_COLUMN_COUNT,
-};
-use super::sql::{params, Param, Sql};
-use super::{Journal, TurnRow, WriteCtx};
+use super::start_leased;
 use crate::error::{Error, Result};
-
-/// What a claim of a queued turn found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Claim {
-    /// The turn is `running` under this lease.
-    Started(Lease),
-    /// The turn is no longer queued (cancelled, or another server ran it).
-    NotQueued,
-    /// Another turn of the session is running, or an older one is queued: not this one's turn.
-    Busy,
-}
-
-/// Starts queued turn `turn_id` under a new lease for `owner` (a worker or a server): journals
-/// `turn_started` and marks the turn `running` with the lease. The one way a leased turn starts.
-fn start_leased(
-    ctx: &mut WriteCtx<'_>,
-    turn: &TurnRow,
-    owner: &str,
-    ttl: Duration,
-) -> Result<Lease> {
-    let (session_id, turn_id) = (turn.session_id.as_str(), turn.turn_id.as_str());
-    let lease = Lease::grant(owner, ttl, ctx.now);
-    if turn.resumes > 0 {
-        // A continuation: it started before it waited, and its worker `seq` goes on.
-        let n = ctx.conn.execute(
-            "UPDATE turns SET state = 'running', lease_token = ?2, lease_owner = ?3,
-                 lease_expires_at = ?4
-             WHERE turn_id = ?1 AND state = 'queued'",
-            params![turn_id, &lease.token, &lease.owner, lease.expires_at],
-        )?;
-        if n != 1 {
-            return Err(Error::Corrupt("turn changed state during claim".into()));
-        }
-        // Granted in this batch, it holds in it: the turn's first writes and its end need not
-        // ask (the batches after check it again first, with the others they know).
-        ctx.known_holding(turn_id, &lease.token);
-        return Ok(lease);
-    }
-    let seq = ctx.append(session_id, Some(turn_id), |_| EventBody::TurnStarted {})?;
-    let n = ctx.conn.execute(
-        "UPDATE turns SET state = 'running', started_at = ?2, started_seq = ?3,
-             lease_token = ?4, lease_owner = ?5, lease_expires_at = ?6, worker_seq = ?7
-         WHERE turn_id = ?1 AND state = 'queued'",
-        params![
-            turn_id,
-            ctx.now,
-            seq,
-            &lease.token,
-            &lease.owner,
-            lease.expires_at,
-            NO_SEQ
-        ],
-    )?;
-    if n != 1 {
-        return Err(Error::Corrupt("turn changed state during claim".into()));
-    }
-    ctx.known_holding(turn_id, &lease.token);
-    Ok(lease)
-}
-
-/// Whether `token` holds the running turn's lease now.
-pub(super) fn holds(conn: &dyn Sql, turn_id: &str, token: &str, now: i64) -> Result<bool> {
-    Ok(conn
-        .query_int(
-            "SELECT COUNT(*) FROM turns WHERE turn_id = ?1 AND state = 'running'
-             AND lease_token = ?2 AND lease_expires_at > ?3",
-            params![turn_id, token, now],
-        )?
-        .unwrap_or(0)
-        == 1)
-}
-
-/// Which of `fences` (`(turn, lease token)` pairs) hold their running turn's lease now, in one
-/// statement: [`holds`] for many turns at once.
-pub(super) fn still_holding(
-    conn: &dyn Sql,
-    fences: &[(String, String)],
-    now: i64,
-) -> Result<Vec<(String, String)>> {
-    if fences.is_empty() {
-        return Ok(Vec::new());
-    }
-    // As many placeholders as the next power of two (the last turn repeated), so a few
-    // statement texts serve every count (each is prepared and kept per connection).
-    let slots = fences.len().next_power_of_two();
-    let placeholders: Vec<String> = (0..slots).map(|i| format!("?{}", i + 2)).collect();
-    let sql = holding_sql("?1", &placeholders);
-    let mut args = Vec::with_capacity(slots + 1);
-    args.push(Param::Int(now));
-    for i in 0..slots {
-        let (turn, _) = &fences[i.min(fences.len() - 1)];
-        args.push(Param::Text(turn));
-    }
-    let rows = conn.query(&sql, &args)?;
-    let found = rows
-        .iter()
-        .map(|row| Ok((row.text(0)?, row.text(1)?)))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(holding_of(fences, found))
-}
-
-/// [`still_holding`]'s statement with its values written in (for a simple query that also
-/// begins the transaction: one round trip for both), or `None` when a value is anything but
-/// an id's characters (`[0-9A-Za-z_-]`), which are never quoted wrong.
-pub(super) fn still_holding_literal(fences: &[(String, String)], now: i64) -> Option<String> {
-    let id_like = |v: &str| {
-        !v.is_empty()
-            && v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    };
-    if fences.is_empty() || !fences.iter().all(|(t, k)| id_like(t) && id_like(k)) {
-        return None;
-    }
-    let turns: Vec<String> = fences.iter().map(|(t, _)| format!("'{t}'")).collect();
-    Some(holding_sql(&now.to_string(), &turns))
-}
-
-/// The running turns among `turns` (SQL values) whose lease is unexpired at `now` (a SQL
-/// value), with their lease tokens: the query of [`still_holding`] and of
-/// [`still_holding_literal`].
-fn holding_sql(now: &str, turns: &[String]) -> String {
-    format!(
-        "SELECT turn_id, lease_token FROM turns WHERE state = 'running'
-         AND lease_token IS NOT NULL AND lease_expires_at > {now} AND turn_id IN ({})",
-        turns.join(", ")
-    )
-}
-
-/// Which of `fences` the `(turn, lease token)` rows `found` hold, each once.
-pub(super) fn holding_of(
-    fences: &[(String, String)],
-    found: impl IntoIterator<Item = (String, String)>,
-) -> Vec<(String, String)> {
-    let mut holding = Vec::with_capacity(fences.len());
-    for (turn, token) in found {
-        if let Some(fence) = fences.iter().find(|(t, k)| *t == turn && *k == token) {
-            if !holding.contains(fence) {
-                holding.push(fence.clone());
-            }
-        }
-    }
-    holding
-}
+use crate::journal::lease::{Lease, LeaseError};
+use crate::journal::lifecycle::end_turn_in;
+use crate::journal::rows::{fold_turn, message_by_id, turn_by_id};
+use crate::journal::sql::{params, Sql};
+use crate::journal::{Journal, TurnRow, WriteCtx};
 
 /// A turn a claim handed out.
 #[derive(Debug, Clone)]
@@ -268,7 +116,7 @@ fn end_leased(
         return Ok(None);
     }
     if state == TurnState::Interrupted
-        && super::requests::requeue_untouched(ctx, &turn.turn_id, turn.resumes)?
+        && crate::journal::requests::requeue_untouched(ctx, &turn.turn_id, turn.resumes)?
     {
         return Ok(None);
     }
@@ -339,7 +187,9 @@ impl Journal {
                     };
                     let continuation = if turn.resumes > 0 {
                         let acked = load(ctx.conn, &turn_id)?.map_or(NO_SEQ, |l| l.acked);
-                        Some(super::inputs::continuation(ctx.conn, &turn, acked)?)
+                        Some(crate::journal::inputs::continuation(
+                            ctx.conn, &turn, acked,
+                        )?)
                     } else {
                         None
                     };
@@ -349,7 +199,7 @@ impl Journal {
                     let user_message =
                         message_by_id(ctx.conn, ctx.epoch, &turn.user_message_id)?
                             .ok_or_else(|| Error::Corrupt("a turn without its message".into()))?;
-                    let history = super::branches::context(
+                    let history = crate::journal::branches::context(
                         ctx.conn,
                         ctx.epoch,
                         &turn.user_message_id,
@@ -462,7 +312,7 @@ impl Journal {
                         for body in events {
                             match body {
                                 EventBody::InputRequested(request) => {
-                                    super::inputs::open_request(
+                                    crate::journal::inputs::open_request(
                                         ctx,
                                         &row.turn.session_id,
                                         &turn_id,
@@ -479,9 +329,9 @@ impl Journal {
                         acked = seq;
                     }
                     WorkerOp::Wait { seq } => {
-                        let parked = super::inputs::park(ctx, &row.turn, Some(seq))?;
+                        let parked = crate::journal::inputs::park(ctx, &row.turn, Some(seq))?;
                         let state = match parked {
-                            super::inputs::Parked::Continues => TurnState::Running,
+                            crate::journal::inputs::Parked::Continues => TurnState::Running,
                             _ => TurnState::Waiting,
                         };
                         return Ok((
@@ -603,215 +453,5 @@ impl Journal {
             })
         })
         .await
-    }
-}
-
-/// Servers' own turns on a shared journal.
-impl Journal {
-    /// Claims a queued turn for this server (`owner`) under a lease of `ttl`, if it is the
-    /// session's next and no turn of the session runs; journals `turn_started`.
-    pub async fn claim_turn(&self, turn_id: &str, owner: &str, ttl: Duration) -> Result<Claim> {
-        let turn_id = turn_id.to_string();
-        let owner = owner.to_string();
-        self.write(move |ctx| {
-            // The turn, and its session's turn that goes first (the running one, else the
-            // oldest in flight), in one round trip.
-            let Some(row) = ctx.conn.query_row(
-                &format!(
-                    "SELECT {TURN_COLUMNS}, (SELECT f.turn_id FROM turns f
-                         WHERE f.session_id = turns.session_id
-                         AND f.state IN ('queued', 'running', 'waiting')
-                         ORDER BY CASE WHEN f.state = 'running' THEN 0 ELSE 1 END, f.queued_seq
-                         LIMIT 1)
-                     FROM turns WHERE turn_id = ?1"
-                ),
-                params![&turn_id],
-            )?
-            else {
-                return Ok(Claim::NotQueued);
-            };
-            let turn = turn_from_row(&row)?;
-            if turn.state != TurnState::Queued {
-                return Ok(Claim::NotQueued);
-            }
-            if row.opt_text(TURN_COLUMN_COUNT)?.as_deref() != Some(turn_id.as_str()) {
-                return Ok(Claim::Busy);
-            }
-            let lease = start_leased(ctx, &turn, &owner, ttl)?;
-            Ok(Claim::Started(lease))
-        })
-        .await
-    }
-
-    /// Parks a turn this server ran, after its agent opened requests and returned (fenced by
-    /// `fence` on a shared journal).
-    pub async fn park_turn(
-        &self,
-        turn_id: &str,
-        fence: Option<&str>,
-    ) -> Result<super::inputs::Parked> {
-        let turn_id = turn_id.to_string();
-        let fence = fence.map(str::to_string);
-        self.write(move |ctx| {
-            let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
-                return Ok(super::inputs::Parked::Gone);
-            };
-            if let Some(token) = &fence {
-                if !ctx.holds(&turn_id, token)? {
-                    return Ok(super::inputs::Parked::Gone);
-                }
-            }
-            super::inputs::park(ctx, &turn, None)
-        })
-        .await
-    }
-
-    /// Renews a running turn's lease to `ttl` from now. `false` if the lease is lost: the turn
-    /// ended (another server interrupted or cancelled it) or the lease expired.
-    pub async fn renew_turn_lease(
-        &self,
-        turn_id: &str,
-        token: &str,
-        ttl: Duration,
-    ) -> Result<bool> {
-        let turn_id = turn_id.to_string();
-        let token = token.to_string();
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        self.write(move |ctx| {
-            let n = ctx.conn.execute(
-                "UPDATE turns SET lease_expires_at = ?3 WHERE turn_id = ?1 AND state = 'running'
-                 AND lease_token = ?2 AND lease_expires_at > ?4",
-                params![&turn_id, &token, ctx.now.saturating_add(ttl_ms), ctx.now],
-            )?;
-            Ok(n == 1)
-        })
-        .await
-    }
-
-    /// [`Journal::submit_turn_event`] fenced by a lease: refused with [`Error::LeaseLost`] once
-    /// `token` no longer holds the turn.
-    pub(crate) fn submit_fenced_turn_event(
-        &self,
-        session_id: &str,
-        turn_id: &str,
-        token: &str,
-        body: EventBody,
-    ) -> tokio::sync::oneshot::Receiver<Result<i64>> {
-        let session_id = session_id.to_string();
-        let turn_id = turn_id.to_string();
-        let token = token.to_string();
-        // One statement (the check is part of the insert): no savepoint needed.
-        self.submit_single_statement(move |ctx| {
-            ctx.append_fenced(&session_id, Some(&turn_id), Some(&token), |_| body)
-        })
-    }
-
-    /// [`Journal::end_turn`] of a running turn, fenced by its lease: `None` when `token` no
-    /// longer holds it (the server that ended it instead wrote its end; `tail` is dropped).
-    pub async fn end_fenced_turn(
-        &self,
-        turn_id: &str,
-        token: &str,
-        state: TurnState,
-        text: String,
-        error: Option<String>,
-        tail: Vec<EventBody>,
-    ) -> Result<Option<Message>> {
-        let token = token.to_string();
-        self.end_running_turn_if(turn_id, state, text, error, tail, move |ctx, turn| {
-            ctx.holds(turn, &token)
-        })
-        .await
-    }
-
-    /// Sessions whose next turn waits: queued turns and none running (their server may be gone).
-    pub async fn sessions_waiting(&self) -> Result<Vec<String>> {
-        self.read(|conn, _| {
-            conn.query_texts(
-                "SELECT DISTINCT q.session_id FROM turns q WHERE q.state = 'queued'
-                 AND NOT EXISTS (SELECT 1 FROM turns r
-                     WHERE r.session_id = q.session_id AND (r.state = 'running'
-                         OR (r.state = 'waiting' AND r.queued_seq < q.queued_seq)))",
-                &[],
-            )
-        })
-        .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::journal::schema;
-
-    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
-
-    fn pair(turn: &str, token: &str) -> (String, String) {
-        (turn.to_string(), token.to_string())
-    }
-
-    #[test]
-    fn the_check_written_in_takes_only_ids_characters() {
-        let sql = still_holding_literal(&[pair("turn_a1", "lse_9f-2")], 7);
-        assert!(
-            sql.as_deref()
-                .is_some_and(|s| s.contains("lease_expires_at > 7 AND turn_id IN ('turn_a1')")),
-            "{sql:?}"
-        );
-        for bad in ["t'; DROP TABLE turns; --", "t\\", "", "t\u{0}"] {
-            assert_eq!(
-                still_holding_literal(&[pair(bad, "lse_1")], 7),
-                None,
-                "{bad:?}"
-            );
-            assert_eq!(
-                still_holding_literal(&[pair("turn_a", bad)], 7),
-                None,
-                "{bad:?}"
-            );
-        }
-        assert_eq!(still_holding_literal(&[], 7), None);
-    }
-
-    #[test]
-    fn still_holding_keeps_only_the_leases_that_hold_now() -> TestResult {
-        let dir = tempfile::tempdir()?;
-        let mut conn = rusqlite::Connection::open(dir.path().join("l.db"))?;
-        schema::configure(&conn)?;
-        schema::migrate(&mut conn)?;
-        for (turn, state, token, expires) in [
-            ("a", "running", "ta", 2_000),
-            ("b", "running", "tb", 2_000),
-            ("c", "running", "tc", 500),
-            ("d", "completed", "td", 2_000),
-            ("e", "running", "new", 2_000),
-        ] {
-            conn.execute(
-                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at,
-                                   queued_seq, lease_token, lease_owner, lease_expires_at)
-                 VALUES (?1, 's', 'm', ?2, 0, 1, ?3, 'w', ?4)",
-                rusqlite::params![turn, state, token, expires],
-            )?;
-        }
-        let known = vec![
-            pair("a", "ta"),
-            pair("b", "tb"),
-            pair("c", "tc"),
-            pair("d", "td"),
-            pair("e", "old"),
-        ];
-        let holding = still_holding(&conn, &known, 1_000)?;
-        assert_eq!(holding, vec![pair("a", "ta"), pair("b", "tb")]);
-        // The same answers as one `holds` per turn.
-        for (turn, token) in &known {
-            assert_eq!(
-                holds(&conn, turn, token, 1_000)?,
-                holding.contains(&pair(turn, token)),
-                "{turn}"
-            );
-        }
-        assert!(still_holding(&conn, &[], 1_000)?.is_empty());
-        assert!(still_holding(&conn, &known, 3_000)?.is_empty(), "expired");
-        Ok(())
     }
 }
