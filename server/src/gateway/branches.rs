@@ -2,14 +2,14 @@
 //! user message, as a turn like any other) and `POST /api/sessions/{session}/active` (moving the
 //! session's active leaf). An edit is a message posted with a `parent_id` (see `messages`).
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use turnstream_protocol::{OnBusy, RegenerateRequest, SwitchBranchRequest};
 
-use super::{access, admit_turn_write, body_id, id_param, AppError, AppState, Peer};
+use super::extract::{Body, MessageId, OptionalBody, SessionId};
+use super::{access, admit_turn_write, body_id, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope};
 use crate::journal::Admission;
 
@@ -19,16 +19,15 @@ pub(super) async fn regenerate(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     peer: Peer,
-    message: Result<Path<String>, PathRejection>,
-    body: Result<Option<Json<RegenerateRequest>>, JsonRejection>,
+    MessageId(message): MessageId,
+    body: OptionalBody<RegenerateRequest>,
 ) -> Result<Response, AppError> {
-    let message = id_param(message, "invalid_message_id", "message")?;
     let Some(session) = state.journal.message_session(&message).await? else {
         return Err(crate::error::Error::NotFound { what: "message" }.into());
     };
     access::require(&principal, Scope::Write, &session)?;
     // The body is optional; one that is sent is read as any other (and refused as any other).
-    let req = body?.map(|Json(b)| b).unwrap_or_default();
+    let req = body.read()?.unwrap_or_default();
     if let Some(crid) = &req.client_request_id {
         body_id(
             crid,
@@ -69,12 +68,11 @@ pub(super) async fn regenerate(
 pub(super) async fn switch_branch(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    session: Result<Path<String>, PathRejection>,
-    body: Result<Json<SwitchBranchRequest>, JsonRejection>,
+    SessionId(session): SessionId,
+    body: Body<SwitchBranchRequest>,
 ) -> Result<Response, AppError> {
-    let session = id_param(session, "invalid_session_id", "session")?;
     access::require(&principal, Scope::Write, &session)?;
-    let Json(req) = body?;
+    let req = body.read()?;
     body_id(
         &req.leaf_id,
         "invalid_leaf_id",

@@ -1,15 +1,15 @@
 //! `POST /api/turns/{turn}/input` (contract v1.2): answering a request an agent opened. The
 //! first answer wins; the same answer by the same author again is a harmless retry.
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use turnstream_protocol::limits::is_valid_id;
 use turnstream_protocol::{ErrorDetail, InputAnswerRequest, InputAnswerResponse};
 
-use super::{access, admit_turn_write, id_param, AppError, AppState, Peer};
+use super::extract::{Body, TurnId};
+use super::{access, admit_turn_write, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope};
 use crate::journal::{Given, InputRefusal};
 
@@ -17,10 +17,9 @@ pub(super) async fn give_input(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     peer: Peer,
-    turn: Result<Path<String>, PathRejection>,
-    body: Result<Json<InputAnswerRequest>, JsonRejection>,
+    TurnId(turn): TurnId,
+    body: Body<InputAnswerRequest>,
 ) -> Result<Response, AppError> {
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
     if principal != Principal::Open {
         // A turn id grants nothing by itself: its session must be covered.
         let Some(row) = state.journal.turn(&turn).await? else {
@@ -28,7 +27,7 @@ pub(super) async fn give_input(
         };
         access::require(&principal, Scope::Write, &row.session_id)?;
     }
-    let Json(req) = body?;
+    let req = body.read()?;
     if !is_valid_id(&req.request_id) {
         return Err(AppError::bad_request(
             "invalid_input",

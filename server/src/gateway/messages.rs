@@ -1,8 +1,7 @@
 //! `POST /api/sessions/{session}/messages`: accepting a user message (its content, attachments,
 //! author and idempotency key), and what to do while the session is busy (`on_busy`, v1.2).
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -11,7 +10,8 @@ use turnstream_protocol::limits::MAX_CONTENT_BYTES;
 use turnstream_protocol::{OnBusy, PostMessageRequest};
 
 use super::arrival::Arrived;
-use super::{access, admit_turn_write, body_id, id_param, AppError, AppState, Peer};
+use super::extract::{Body, SessionId};
+use super::{access, admit_turn_write, body_id, AppError, AppState, Peer};
 use crate::auth::{Principal, Scope, MAX_SUB_BYTES};
 use crate::journal::{Admission, NewMessage};
 
@@ -20,12 +20,11 @@ pub(super) async fn post_message(
     Extension(principal): Extension<Principal>,
     peer: Peer,
     arrived: Option<Extension<Arrived>>,
-    session: Result<Path<String>, PathRejection>,
-    body: Result<Json<PostMessageRequest>, JsonRejection>,
+    SessionId(session): SessionId,
+    body: Body<PostMessageRequest>,
 ) -> Result<Response, AppError> {
-    let session = id_param(session, "invalid_session_id", "session")?;
     access::require(&principal, Scope::Write, &session)?;
-    let Json(req) = body?;
+    let req = body.read()?;
     let author = message_author(&principal, req.author.as_deref())?.map(str::to_string);
     // A message of attachments alone (an image without a caption) needs no text.
     if req.content.trim().is_empty() && req.attachments.is_empty() {

@@ -6,6 +6,7 @@ mod arrival;
 mod batch;
 mod branches;
 mod error;
+mod extract;
 mod input;
 mod messages;
 mod openapi;
@@ -25,8 +26,7 @@ pub use quota::{RateLimiter, StreamQuota};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, RawQuery, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, RawQuery, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -40,6 +40,7 @@ use turnstream_protocol::{CancelResponse, ClearRealtimeResponse, CURSOR_HEADER};
 use crate::auth::{Authenticator, Principal, Scope};
 use crate::journal::Journal;
 use crate::turns::Turns;
+use extract::{SessionId, TurnId};
 
 /// Limits and timings the gateway enforces.
 #[derive(Debug, Clone)]
@@ -185,21 +186,6 @@ async fn method_not_allowed() -> AppError {
     )
 }
 
-fn id_param(
-    p: Result<Path<String>, PathRejection>,
-    code: &'static str,
-    what: &str,
-) -> Result<String, AppError> {
-    let Path(id) = p?;
-    if !is_valid_id(&id) {
-        return Err(AppError::bad_request(
-            code,
-            format!("{what} ids are 1 to 128 characters of [A-Za-z0-9_.:-], not only dots"),
-        ));
-    }
-    Ok(id)
-}
-
 /// A body's id field: `code` and `message` when it breaks the id rule.
 fn body_id(id: &str, code: &'static str, message: &'static str) -> Result<(), AppError> {
     if is_valid_id(id) {
@@ -212,10 +198,9 @@ fn body_id(id: &str, code: &'static str, message: &'static str) -> Result<(), Ap
 async fn history(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    session: Result<Path<String>, PathRejection>,
+    SessionId(session): SessionId,
     RawQuery(query): RawQuery,
 ) -> Result<Response, AppError> {
-    let session = id_param(session, "invalid_session_id", "session")?;
     access::require(&principal, Scope::Read, &session)?;
     let mut limit = DEFAULT_HISTORY_LIMIT;
     let mut before = None;
@@ -271,9 +256,8 @@ async fn history(
 async fn turn(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    turn: Result<Path<String>, PathRejection>,
+    TurnId(turn): TurnId,
 ) -> Result<Response, AppError> {
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
     match state.journal.turn_info(&turn).await? {
         Some(info) => {
             // A turn id grants nothing by itself: its session must be covered.
@@ -287,9 +271,8 @@ async fn turn(
 async fn cancel(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    turn: Result<Path<String>, PathRejection>,
+    TurnId(turn): TurnId,
 ) -> Result<Response, AppError> {
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
     if principal != Principal::Open {
         let Some(row) = state.journal.turn(&turn).await? else {
             return Err(crate::error::Error::NotFound { what: "turn" }.into());
@@ -307,9 +290,8 @@ async fn cancel(
 async fn clear_realtime(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    session: Result<Path<String>, PathRejection>,
+    SessionId(session): SessionId,
 ) -> Result<Response, AppError> {
-    let session = id_param(session, "invalid_session_id", "session")?;
     access::require(&principal, Scope::Write, &session)?;
     let deleted = state.journal.clear_realtime(&session).await?;
     Ok(Json(ClearRealtimeResponse {

@@ -28,7 +28,7 @@ use turnstream_protocol::{
     SwitchBranchResponse, ToolRequest, TurnRequest,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::error::AppError;
 
@@ -199,6 +199,64 @@ enum StreamFrame {
     TokenExpired(TokenExpired),
 }
 
+// The error responses several routes share, each set once.
+
+/// The refusals every request on a claimed turn shares: its opening (a service key, the turn id, the body and its lease token).
+#[derive(IntoResponses)]
+enum LeasedTurnErrors {
+    #[response(status = 400, description = "`invalid_json`, `invalid_turn_id`.")]
+    BadRequest(ErrorBody),
+    #[response(status = 401, description = "`unauthorized`, `invalid_token`.")]
+    Unauthorized(ErrorBody),
+    #[response(status = 403, description = "`forbidden`.")]
+    Forbidden(ErrorBody),
+    #[response(status = 404, description = "`turn_not_found`, `not_found`.")]
+    NotFound(ErrorBody),
+    #[response(status = 422, description = "`invalid_body`.")]
+    InvalidBody(ErrorBody),
+}
+
+/// A write the journal could not take: the server is stopping, or its storage fails or is full.
+#[derive(IntoResponses)]
+enum StorageErrors {
+    #[response(
+        status = 503,
+        description = "`shutting_down`; `storage_unavailable` (with `Retry-After`)."
+    )]
+    Unavailable(ErrorBody),
+    #[response(status = 507, description = "`storage_full` (with `Retry-After`).")]
+    Full(ErrorBody),
+}
+
+/// A claimed turn's write the journal could not take (a stopping server leaves leased turns to their workers).
+#[derive(IntoResponses)]
+enum LeasedStorageErrors {
+    #[response(
+        status = 503,
+        description = "`storage_unavailable` (with `Retry-After`)."
+    )]
+    Unavailable(ErrorBody),
+    #[response(status = 507, description = "`storage_full` (with `Retry-After`).")]
+    Full(ErrorBody),
+}
+
+/// No credential, or one that is not valid (with `WWW-Authenticate: Bearer`).
+#[derive(IntoResponses)]
+enum TokenErrors {
+    #[response(
+        status = 401,
+        description = "`unauthorized`, `invalid_token`, `token_expired`."
+    )]
+    Unauthorized(ErrorBody),
+}
+
+/// A fault of the server.
+#[derive(IntoResponses)]
+enum InternalError {
+    #[response(status = 500, description = "`internal`.")]
+    Internal(ErrorBody),
+}
+
 /// The `409 seq_gap` answer of the worker API: the error shape plus the last accepted `seq`.
 #[derive(Serialize, ToSchema)]
 struct SeqGapBody {
@@ -230,9 +288,8 @@ struct StatusBody {
         (status = 415, description = "`unsupported_media_type`.", body = ErrorBody),
         (status = 422, description = "`invalid_body`: JSON of the wrong shape.", body = ErrorBody),
         (status = 429, description = "`too_many_active_turns`; `rate_limited` (with `Retry-After`).", body = ErrorBody),
-        (status = 500, description = "`internal`.", body = ErrorBody),
-        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        InternalError,
+        StorageErrors,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -256,10 +313,10 @@ fn post_message() {}
                 ("Cache-Control" = String, description = "`no-store`."),
             )),
         (status = 400, description = "`invalid_session_id`, `invalid_path`, `invalid_limit`, `invalid_before`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden`: the token does not allow `read` on this session.", body = ErrorBody),
         (status = 404, description = "`message_not_found`: `before` names no message of this session.", body = ErrorBody),
-        (status = 500, description = "`internal`.", body = ErrorBody),
+        InternalError,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -284,10 +341,10 @@ fn history() {}
                 ("X-Accel-Buffering" = String, description = "`no`."),
             )),
         (status = 400, description = "`missing_session`, `invalid_session_id`, `too_many_sessions`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden`: the token does not allow `read` on a session.", body = ErrorBody),
         (status = 429, description = "`too_many_streams`: this client holds `--max-streams-per-client` streams.", body = ErrorBody),
-        (status = 500, description = "`internal`.", body = ErrorBody),
+        InternalError,
         (status = 503, description = "`too_many_streams`: `--max-streams` streams are open.", body = ErrorBody),
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
@@ -303,10 +360,10 @@ fn stream() {}
     responses(
         (status = 200, description = "The turn.", body = TurnInfo),
         (status = 400, description = "`invalid_turn_id`, `invalid_path`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden`: the token does not allow `read` on the turn's session.", body = ErrorBody),
         (status = 404, description = "`turn_not_found`.", body = ErrorBody),
-        (status = 500, description = "`internal`.", body = ErrorBody),
+        InternalError,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -321,12 +378,11 @@ fn turn() {}
     responses(
         (status = 200, description = "The turn's state after the request (check it: a turn that completed first says so).", body = CancelResponse),
         (status = 400, description = "`invalid_turn_id`, `invalid_path`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden` (no `cancel` on the turn's session), `forbidden_origin`.", body = ErrorBody),
         (status = 404, description = "`turn_not_found`.", body = ErrorBody),
-        (status = 500, description = "`internal`.", body = ErrorBody),
-        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        InternalError,
+        StorageErrors,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -352,13 +408,12 @@ struct InputConflictBody {
     responses(
         (status = 200, description = "Recorded (or the same answer by the same author again): the turn's state after it, `running` once no request is open.", body = InputAnswerResponse),
         (status = 400, description = "`invalid_input` (a wrong or missing field for the request's kind), `invalid_json`, `invalid_turn_id`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden` (no `write` on the turn's session), `forbidden_origin`.", body = ErrorBody),
         (status = 404, description = "`turn_not_found`, `request_not_found`.", body = ErrorBody),
         (status = 409, description = "`input_already_given` (with the recorded `answer` and `by`), `turn_ended`.", body = InputConflictBody),
         (status = 429, description = "`rate_limited` (with `Retry-After`).", body = ErrorBody),
-        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        StorageErrors,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -375,7 +430,7 @@ fn give_input() {}
         (status = 200, description = "A retry: the session already has a regeneration of this user message with this `client_request_id`. The first answer again (same `turn_id`, `event_id`, `cursor`); nothing starts and nothing is journaled, whatever the turn's state now.", body = RegenerateResponse),
         (status = 202, description = "The new turn, queued like any turn; its reply is the session's active leaf.", body = RegenerateResponse),
         (status = 400, description = "`invalid_message_id`, `invalid_client_request_id`, `invalid_json`, `invalid_path`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden` (no `write` on the message's session), `forbidden_origin`.", body = ErrorBody),
         (status = 404, description = "`message_not_found`.", body = ErrorBody),
         (status = 409, description = "`client_request_id_conflict` (the id was used for another message of the session); `session_busy` (`on_busy: reject`).", body = ErrorBody),
@@ -383,8 +438,7 @@ fn give_input() {}
         (status = 415, description = "`unsupported_media_type` (a body that is not JSON).", body = ErrorBody),
         (status = 422, description = "`invalid_body` (JSON of the wrong shape).", body = ErrorBody),
         (status = 429, description = "`too_many_active_turns`; `rate_limited` (with `Retry-After`).", body = ErrorBody),
-        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        StorageErrors,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -400,11 +454,10 @@ fn regenerate() {}
     responses(
         (status = 200, description = "The active leaf now, and the cursor of its `branch_changed`.", body = SwitchBranchResponse),
         (status = 400, description = "`invalid_leaf_id`, `invalid_session_id`, `invalid_json`, `invalid_path`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden` (no `write` on this session), `forbidden_origin`.", body = ErrorBody),
         (status = 404, description = "`message_not_found`.", body = ErrorBody),
-        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        StorageErrors,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -419,11 +472,10 @@ fn switch_branch() {}
     responses(
         (status = 200, description = "How many events were deleted.", body = ClearRealtimeResponse),
         (status = 400, description = "`invalid_session_id`, `invalid_path`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`, `token_expired`.", body = ErrorBody),
+        TokenErrors,
         (status = 403, description = "`forbidden` (no `write` on this session), `forbidden_origin`.", body = ErrorBody),
-        (status = 500, description = "`internal`.", body = ErrorBody),
-        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        InternalError,
+        StorageErrors,
     ),
     security(("bearer" = []), ("service_key" = []), ("access_token" = [])),
 )]
@@ -519,8 +571,7 @@ mod tests {
         (status = 403, description = "`forbidden`: not a service key, or no auth configured.", body = ErrorBody),
         (status = 404, description = "`not_found`: the server does not run `--agent worker`.", body = ErrorBody),
         (status = 422, description = "`invalid_body`: wrong shape or a value out of range.", body = ErrorBody),
-        (status = 503, description = "`shutting_down`; `storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        StorageErrors,
     ),
     security(("service_key" = [])),
 )]
@@ -535,12 +586,8 @@ fn worker_claim() {}
     request_body = EventsRequest,
     responses(
         (status = 200, description = "Accepted (or already accepted: nothing appended twice).", body = WorkerAck),
-        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
-        (status = 403, description = "`forbidden`.", body = ErrorBody),
-        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        LeasedTurnErrors,
         (status = 409, description = "`lease_lost`, `turn_cancelled`, `turn_ended`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        (status = 422, description = "`invalid_body`.", body = ErrorBody),
         (status = 503, description = "`storage_unavailable` (with `Retry-After`): retry with the same `seq`.", body = ErrorBody),
         (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
     ),
@@ -557,12 +604,8 @@ fn worker_events() {}
     request_body = HeartbeatRequest,
     responses(
         (status = 200, description = "The lease renewed, and the turn's state.", body = WorkerAck),
-        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
-        (status = 403, description = "`forbidden`.", body = ErrorBody),
-        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        LeasedTurnErrors,
         (status = 409, description = "`lease_lost`.", body = ErrorBody),
-        (status = 422, description = "`invalid_body`.", body = ErrorBody),
     ),
     security(("service_key" = [])),
 )]
@@ -577,14 +620,9 @@ fn worker_heartbeat() {}
     request_body = CompleteRequest,
     responses(
         (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
-        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
-        (status = 403, description = "`forbidden`.", body = ErrorBody),
-        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        LeasedTurnErrors,
         (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        (status = 422, description = "`invalid_body`.", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        LeasedStorageErrors,
     ),
     security(("service_key" = [])),
 )]
@@ -599,14 +637,9 @@ fn worker_complete() {}
     request_body = FailRequest,
     responses(
         (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
-        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
-        (status = 403, description = "`forbidden`.", body = ErrorBody),
-        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        LeasedTurnErrors,
         (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        (status = 422, description = "`invalid_body`.", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        LeasedStorageErrors,
     ),
     security(("service_key" = [])),
 )]
@@ -621,14 +654,9 @@ fn worker_fail() {}
     request_body = WaitRequest,
     responses(
         (status = 200, description = "`state` is `waiting`, or `running` when every request was answered already (claim it again).", body = WorkerAck),
-        (status = 400, description = "`invalid_json`, `invalid_turn_id`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
-        (status = 403, description = "`forbidden`.", body = ErrorBody),
-        (status = 404, description = "`turn_not_found`, `not_found`.", body = ErrorBody),
+        LeasedTurnErrors,
         (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        (status = 422, description = "`invalid_body`.", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable` (with `Retry-After`).", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
+        LeasedStorageErrors,
     ),
     security(("service_key" = [])),
 )]

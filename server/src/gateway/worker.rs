@@ -2,12 +2,14 @@
 //! `heartbeat`, `complete` and `fail`; and (v1.2) `wait`, after the turn's agent asked for input. Only service keys may use it, and only a server started
 //! with `--agent worker` serves it.
 
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use std::sync::Arc;
+
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
+use serde::de::DeserializeOwned;
 use turnstream_protocol::limits::is_valid_id;
 use turnstream_protocol::worker::{
     ClaimRequest, ClaimResponse, ClaimedTurn, CompleteRequest, EventsRequest, FailRequest,
@@ -17,7 +19,8 @@ use turnstream_protocol::worker::{
 use turnstream_protocol::{ErrorDetail, ToolCall, TurnState};
 
 use super::error::AppError;
-use super::{id_param, AppState};
+use super::extract::{Body, TurnId};
+use super::AppState;
 use crate::auth::Principal;
 use crate::journal::{Refusal, WorkerOp};
 use crate::turns::coalesce::worker_events;
@@ -40,7 +43,7 @@ pub(crate) fn routes() -> Router<AppState> {
 }
 
 /// Refuses anyone but a service key, and servers not in worker mode.
-fn admit<'a>(state: &'a AppState, principal: &Principal) -> Result<&'a Dispatch, AppError> {
+fn admit(state: &AppState, principal: &Principal) -> Result<Arc<Dispatch>, AppError> {
     match principal {
         Principal::Service => {}
         Principal::Open => {
@@ -58,13 +61,76 @@ fn admit<'a>(state: &'a AppState, principal: &Principal) -> Result<&'a Dispatch,
             ))
         }
     }
-    state.turns.mode().workers().ok_or_else(|| {
+    state.turns.mode().workers().cloned().ok_or_else(|| {
         AppError::new(
             StatusCode::NOT_FOUND,
             "not_found",
             "the worker API is served by a server started with --agent worker",
         )
     })
+}
+
+/// A worker's body that names the lease it holds on the turn.
+trait LeaseBody {
+    fn lease(&self) -> &str;
+}
+
+macro_rules! lease_body {
+    ($($t:ty),*) => {$(
+        impl LeaseBody for $t {
+            fn lease(&self) -> &str {
+                &self.lease
+            }
+        }
+    )*};
+}
+
+lease_body!(
+    EventsRequest,
+    HeartbeatRequest,
+    CompleteRequest,
+    FailRequest,
+    WaitRequest
+);
+
+/// The opening every request on a claimed turn shares, in its order: the caller may use the
+/// worker API ([`admit`]), then the path's turn id, then the body, then the body's lease token.
+struct Leased<T> {
+    dispatch: Arc<Dispatch>,
+    turn: String,
+    body: T,
+}
+
+impl<T> FromRequest<AppState> for Leased<T>
+where
+    T: LeaseBody + DeserializeOwned + Send,
+{
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, AppError> {
+        let (mut parts, body) = req.into_parts();
+        let principal = parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(|| {
+                AppError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "no principal: the worker routes are served behind authentication",
+                )
+            })?;
+        let dispatch = admit(state, &principal)?;
+        let TurnId(turn) = TurnId::from_request_parts(&mut parts, state).await?;
+        let Ok(body) = Body::<T>::from_request(Request::from_parts(parts, body), state).await;
+        let body = body.read()?;
+        check_lease(body.lease())?;
+        Ok(Leased {
+            dispatch,
+            turn,
+            body,
+        })
+    }
 }
 
 fn unprocessable(message: impl Into<String>) -> AppError {
@@ -74,10 +140,10 @@ fn unprocessable(message: impl Into<String>) -> AppError {
 async fn claim(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-    body: Result<Json<ClaimRequest>, JsonRejection>,
+    body: Body<ClaimRequest>,
 ) -> Result<Response, AppError> {
     let dispatch = admit(&state, &principal)?;
-    let Json(req) = body?;
+    let req = body.read()?;
     if !is_valid_id(&req.worker_id) {
         return Err(unprocessable(
             "worker_id is 1 to 128 characters of [A-Za-z0-9_.:-]",
@@ -241,14 +307,12 @@ fn refused(r: Refusal) -> Response {
 
 async fn events(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    turn: Result<Path<String>, PathRejection>,
-    body: Result<Json<EventsRequest>, JsonRejection>,
+    Leased {
+        dispatch,
+        turn,
+        body: req,
+    }: Leased<EventsRequest>,
 ) -> Result<Response, AppError> {
-    let dispatch = admit(&state, &principal)?;
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
-    let Json(req) = body?;
-    check_lease(&req.lease)?;
     check_seq(req.seq)?;
     if req.events.len() > MAX_WORKER_EVENTS {
         return Err(unprocessable(format!(
@@ -266,51 +330,45 @@ async fn events(
         seq: req.seq,
         events: worker_events(req.events),
     };
-    act(&state, dispatch, &turn, &req.lease, op).await
+    act(&state, &dispatch, &turn, &req.lease, op).await
 }
 
 async fn heartbeat(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    turn: Result<Path<String>, PathRejection>,
-    body: Result<Json<HeartbeatRequest>, JsonRejection>,
+    Leased {
+        dispatch,
+        turn,
+        body: req,
+    }: Leased<HeartbeatRequest>,
 ) -> Result<Response, AppError> {
-    let dispatch = admit(&state, &principal)?;
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
-    let Json(req) = body?;
-    check_lease(&req.lease)?;
-    act(&state, dispatch, &turn, &req.lease, WorkerOp::Heartbeat).await
+    act(&state, &dispatch, &turn, &req.lease, WorkerOp::Heartbeat).await
 }
 
 async fn complete(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    turn: Result<Path<String>, PathRejection>,
-    body: Result<Json<CompleteRequest>, JsonRejection>,
+    Leased {
+        dispatch,
+        turn,
+        body: req,
+    }: Leased<CompleteRequest>,
 ) -> Result<Response, AppError> {
-    let dispatch = admit(&state, &principal)?;
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
-    let Json(req) = body?;
-    check_lease(&req.lease)?;
     check_seq(req.seq)?;
     let op = WorkerOp::Finish {
         seq: req.seq,
         state: TurnState::Completed,
         error: None,
     };
-    act(&state, dispatch, &turn, &req.lease, op).await
+    act(&state, &dispatch, &turn, &req.lease, op).await
 }
 
 async fn fail(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    turn: Result<Path<String>, PathRejection>,
-    body: Result<Json<FailRequest>, JsonRejection>,
+    Leased {
+        dispatch,
+        turn,
+        body: req,
+    }: Leased<FailRequest>,
 ) -> Result<Response, AppError> {
-    let dispatch = admit(&state, &principal)?;
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
-    let Json(req) = body?;
-    check_lease(&req.lease)?;
     check_seq(req.seq)?;
     if req.error.message.trim().is_empty() || req.error.message.len() > MAX_WORKER_ERROR_BYTES {
         return Err(unprocessable(format!(
@@ -322,23 +380,21 @@ async fn fail(
         state: TurnState::Failed,
         error: Some(req.error.message),
     };
-    act(&state, dispatch, &turn, &req.lease, op).await
+    act(&state, &dispatch, &turn, &req.lease, op).await
 }
 
 async fn wait(
     State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    turn: Result<Path<String>, PathRejection>,
-    body: Result<Json<WaitRequest>, JsonRejection>,
+    Leased {
+        dispatch,
+        turn,
+        body: req,
+    }: Leased<WaitRequest>,
 ) -> Result<Response, AppError> {
-    let dispatch = admit(&state, &principal)?;
-    let turn = id_param(turn, "invalid_turn_id", "turn")?;
-    let Json(req) = body?;
-    check_lease(&req.lease)?;
     check_seq(req.seq)?;
     let answer = act(
         &state,
-        dispatch,
+        &dispatch,
         &turn,
         &req.lease,
         WorkerOp::Wait { seq: req.seq },

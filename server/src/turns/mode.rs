@@ -21,7 +21,10 @@ pub enum Mode {
     Shared { agent: Arc<dyn Agent>, node: Node },
     /// Worker processes claim the turns over HTTP under leases (`--agent worker`); this server
     /// runs none. `shared`: other servers write the journal too.
-    Workers { dispatch: Dispatch, shared: bool },
+    Workers {
+        dispatch: Arc<Dispatch>,
+        shared: bool,
+    },
 }
 
 /// Who starts a queued turn.
@@ -41,7 +44,7 @@ impl Mode {
     pub fn new(agent: Option<Arc<dyn Agent>>, shared_journal: bool, lease: Duration) -> Mode {
         match agent {
             None => Mode::Workers {
-                dispatch: Dispatch::new(lease),
+                dispatch: Arc::new(Dispatch::new(lease)),
                 shared: shared_journal,
             },
             Some(agent) if shared_journal => Mode::Shared {
@@ -53,7 +56,7 @@ impl Mode {
     }
 
     /// Worker mode's dispatch, for the worker API; `None` when this server runs the turns.
-    pub fn workers(&self) -> Option<&Dispatch> {
+    pub fn workers(&self) -> Option<&Arc<Dispatch>> {
         match self {
             Mode::Workers { dispatch, .. } => Some(dispatch),
             Mode::Local { .. } | Mode::Shared { .. } => None,

@@ -4,7 +4,7 @@ use super::*;
 
 fn workers(bed: &Bed) -> Arc<Turns> {
     bed.turns(Mode::Workers {
-        dispatch: Dispatch::new(LEASE),
+        dispatch: Arc::new(Dispatch::new(LEASE)),
         shared: false,
     })
 }
