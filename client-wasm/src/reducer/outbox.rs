@@ -3,8 +3,9 @@
 
 use turnstream_protocol::{Attachment, OnBusy, RawJson};
 
+use super::cache::{CacheRecord, CACHE_VERSION};
 use super::entry::{UserEntry, UserStatus};
-use super::{CacheRecord, Conversation, CACHE_VERSION};
+use super::Conversation;
 
 /// A message still to post, as the outbox hands it out.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,10 +1,14 @@
 //! What a UI renders: the view built from the reducer's entries, in the shape the JS API returns
 //! (camelCase, closed string unions).
 
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
 use serde::{Deserialize, Serialize};
 use turnstream_protocol::{Attachment, MessageStatus, ToolCall, ToolStatus, TurnRequest};
 
 use super::entry::{AssistantEntry, EntryError, UserEntry, UserStatus};
+use super::Conversation;
 
 /// The link to the server, as a UI would word it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -295,4 +299,114 @@ pub(crate) fn assistant_view(a: &AssistantEntry) -> EntryView {
 /// The key of a turn's reply bubble.
 pub fn assistant_key(turn_id: &str) -> String {
     crate::cat(&["turn:", turn_id])
+}
+
+enum Either<'a> {
+    User(&'a UserEntry),
+    Turn(&'a AssistantEntry),
+}
+
+/// An entry with its place in the view, ordered by `(place, key)`.
+struct Placed<'a> {
+    place: Place,
+    key: &'a str,
+    entry: Either<'a>,
+}
+
+impl Ord for Placed<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (&self.place, self.key).cmp(&(&other.place, other.key))
+    }
+}
+
+impl PartialOrd for Placed<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Placed<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Placed<'_> {}
+
+impl Conversation {
+    pub fn view(&self) -> View {
+        let mut placed: Vec<Placed<'_>> = Vec::with_capacity(self.users.len() + self.turns.len());
+        let shown = self.shown();
+        for u in self.users.values() {
+            if !Self::shows_user(&shown, u) {
+                continue;
+            }
+            let place = match u.seq {
+                Some(seq) => Place::Journal { seq, rank: 0 },
+                None => Place::Unsent {
+                    created_at: u.created_at,
+                    send_order: u.send_order,
+                },
+            };
+            placed.push(Placed {
+                place,
+                key: &u.key,
+                entry: Either::User(u),
+            });
+        }
+        let claims = self.claims();
+        // Each user message's journal position, by message id (the branch index's heap).
+        let users: Vec<&UserEntry> = self.users.values().collect();
+        let seqs = BinaryHeap::from(
+            users
+                .iter()
+                .enumerate()
+                .filter_map(|(i, u)| Some((u.message_id.as_deref()?, i)))
+                .collect::<Vec<_>>(),
+        )
+        .into_sorted_vec();
+        for a in self.turns.values() {
+            let (id, parent) = self.turn_place(a, &claims);
+            if !Self::shows_turn(&shown, id, parent) {
+                continue;
+            }
+            // A reply right after its user message (a regeneration's too).
+            let answered = parent
+                .and_then(|p| seqs.binary_search_by(|(id, _)| (*id).cmp(p)).ok())
+                .and_then(|i| users[seqs[i].1].seq);
+            let place = match answered.or(self.introduced_at(a)) {
+                Some(seq) => Place::Journal { seq, rank: 1 },
+                None => Place::Unknown,
+            };
+            placed.push(Placed {
+                place,
+                key: &a.turn_id,
+                entry: Either::Turn(a),
+            });
+        }
+        // (place, key) is unique (a user message and a reply never share a place), so any
+        // sort gives the one order; a heap sort is the least code in the package.
+        let placed = BinaryHeap::from(placed).into_sorted_vec();
+        View {
+            session_id: self.session_id.clone(),
+            connection: self.connection,
+            busy: self.turns.values().any(|a| !a.is_final()),
+            gap: self.gap,
+            has_more: self.has_more,
+            error: self.refusal.clone(),
+            messages: placed
+                .iter()
+                .map(|p| match p.entry {
+                    Either::User(u) => EntryView {
+                        branch: Self::branch_of(&shown, u.message_id.as_deref()),
+                        ..user_view(u)
+                    },
+                    Either::Turn(a) => EntryView {
+                        branch: Self::branch_of(&shown, self.turn_place(a, &claims).0),
+                        ..assistant_view(a)
+                    },
+                })
+                .collect(),
+        }
+    }
 }
