@@ -19,11 +19,14 @@ class Server:
             HERE, "..", "..", "..", "target", "debug", "turnstream"
         )
         self.dir = tempfile.mkdtemp(prefix="turnstream-py-")
+        self.argv = [binary, "serve", "--listen", "127.0.0.1:0", "--db",
+                     os.path.join(self.dir, "t.db"), "--agent", "worker", "--service-key",
+                     SERVICE_KEY, *extra]
+        self._start()
+
+    def _start(self):
         self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--db", os.path.join(self.dir, "t.db"),
-             "--agent", "worker", "--service-key", SERVICE_KEY, *extra],
-            stdout=subprocess.PIPE,
-            env=dict(os.environ, RUST_LOG="warn"),
+            self.argv, stdout=subprocess.PIPE, env=dict(os.environ, RUST_LOG="warn")
         )
         line = self.proc.stdout.readline().decode()
         if not line.startswith("turnstream listening on "):
@@ -79,7 +82,38 @@ class Server:
         assert status == 200, (status, reply)
         return reply
 
+    def cursor(self, session):
+        """The journal position of now, from the session's history."""
+        status, page = self.api("GET", f"/sessions/{session}/history")
+        assert status == 200, (status, page)
+        return page["cursor"]
+
+    def journal(self, session, cursor, turn_id, deadline_s=30):
+        """The session's journaled events after `cursor`, up to the turn's `turn_ended`."""
+        req = urllib.request.Request(
+            f"{self.url}/api/stream?session={session}&cursor={cursor}",
+            headers={"authorization": f"Bearer {SERVICE_KEY}"},
+        )
+        events = []
+        with urllib.request.urlopen(req, timeout=deadline_s) as res:
+            for line in res:
+                if not line.startswith(b"data:"):
+                    continue
+                event = json.loads(line[5:])
+                events.append(event)
+                if event.get("kind") == "turn_ended" and event.get("turn_id") == turn_id:
+                    return events
+        raise AssertionError(f"the stream ended before turn {turn_id} did: {events}")
+
+    def restart(self):
+        """Kills the server and starts it again on the same database (on a new port: `url`)."""
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+        self._start()
+
     def stop(self):
         self.proc.kill()
         self.proc.wait()
+        self.proc.stdout.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -46,6 +46,12 @@ class ReadmeTest(unittest.TestCase):
             region = re.search(r"# README: begin\n(.*?)# README: end\n", f.read(), re.S).group(1)
         self.assertIn(region, BLOCKS)
 
+    def test_the_langgraph_tool_shown_is_the_example_one(self):
+        # test_langgraph.py runs the example's graph, and the complete agent as written.
+        with open(os.path.join(ROOT, "examples", "langgraph_worker.py")) as f:
+            region = re.search(r"# README: begin\n(.*?)# README: end\n", f.read(), re.S).group(1)
+        self.assertIn(region, BLOCKS)
+
 
 if __name__ == "__main__":
     unittest.main()
