@@ -1,7 +1,8 @@
 """turnstream_worker.langgraph against the real server binary, with LangChain's fake chat model:
-a text reply (and its reasoning), a tool call with its tool events, and an interrupt that asks
-for an approval, answered after a server restart and continued by a new worker from the graph's
-checkpoint. Each checks the turn's journaled events and final message exactly."""
+a text reply (and its reasoning), a tool call with its tool events, an interrupt that asks for
+an approval, answered after a server restart and continued by a new worker from the graph's
+checkpoint, an error, and the README's agent as written. Each checks the turn's journaled
+events and final message exactly."""
 
 import asyncio
 import importlib.util
@@ -23,6 +24,7 @@ if importlib.util.find_spec("langgraph") is None and not os.environ.get("TURNSTR
 from fake_models import scripted, tool_call  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
 from langgraph_worker import build_graph  # noqa: E402
 from server import SERVICE_KEY, Server  # noqa: E402
 
@@ -148,6 +150,30 @@ class LangGraphTest(unittest.TestCase):
             ("tool", dict(deploy, status="finished", output_preview="prod is live")),
             ("response", "Deployed: prod is live."),
             ("turn_ended", {"state": "completed"}),
+        ])
+
+    def test_an_error_fails_the_turn_with_its_message_and_keeps_the_text(self):
+        model = scripted("Looking it up.")
+
+        async def agent(state):
+            return {"messages": [await model.ainvoke(state["messages"])]}
+
+        def lookup(state):
+            raise RuntimeError("the index is down")
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", agent)
+        builder.add_node("lookup", lookup)
+        builder.add_edge(START, "agent")
+        builder.add_edge("agent", "lookup")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        info, events = self.run_turn("lg5", "find it", graph)
+        self.assertEqual((info["state"], info["error"]), ("failed", "the index is down"), info)
+        self.assertEqual((info["text"], info["message"]["status"]), ("Looking it up.", "failed"))
+        self.assertEqual(events, [
+            ("turn_started", {}),
+            ("response", "Looking it up."),
+            ("turn_ended", {"state": "failed"}),
         ])
 
     def test_the_readme_agent_runs_as_written_with_a_fake_model(self):
