@@ -1,8 +1,8 @@
 """turnstream_worker.langgraph against the real server binary, with LangChain's fake chat model:
 a text reply (and its reasoning), a tool call with its tool events, an interrupt that asks for
 an approval, answered after a server restart and continued by a new worker from the graph's
-checkpoint, an error, and the README's agent as written. Each checks the turn's journaled
-events and final message exactly."""
+checkpoint (and answered while its worker waits, resumed there), a cancel, an error, and the
+README's agent as written. Each checks the turn's journaled events and final message exactly."""
 
 import asyncio
 import importlib.util
@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -151,6 +152,62 @@ class LangGraphTest(unittest.TestCase):
             ("response", "Deployed: prod is live."),
             ("turn_ended", {"state": "completed"}),
         ])
+
+    def test_an_interrupt_answered_while_its_worker_waits_resumes_there(self):
+        model = scripted(tool_call("deploy", {"target": "qa"}, "call_qa"), "Not deployed.")
+        cursor = self.server.cursor("lg6")
+        turn_id = self.server.post("lg6", "deploy qa")
+
+        def until():
+            waiting = self.server.wait_open_requests(turn_id)
+            self.server.give(turn_id, {"request_id": waiting["requests"][0]["request_id"],
+                                       "approved": False, "reason": "frozen"})
+            return self.server.wait_turn_end(turn_id)
+
+        info = self.with_worker(build_graph(model, InMemorySaver()), until, "py-lg-c")
+        self.assertEqual((info["state"], info["text"]), ("completed", "Not deployed."), info)
+        # The tool that interrupted ran again on the answer: the same call, started once.
+        qa = {"call_id": "call_qa", "name": "deploy"}
+        self.assertEqual(script(self.server.journal("lg6", cursor, turn_id), turn_id), [
+            ("turn_started", {}),
+            ("tool", dict(qa, status="started", input_preview='{"target": "qa"}')),
+            ("input_requested approval", {"prompt": "Deploy qa?",
+                                          "tool": dict(qa, input={"target": "qa"})}),
+            ("input_given", {"answer": {"approved": False, "reason": "frozen"}}),
+            ("tool", dict(qa, status="finished", output_preview="not deployed: frozen")),
+            ("response", "Not deployed."),
+            ("turn_ended", {"state": "completed"}),
+        ])
+
+    def test_a_cancel_stops_the_graph(self):
+        self.server.stop()
+        self.server = Server("--worker-lease-secs", "3")  # heartbeats (which hear it) every second
+        model = scripted("Starting. ")
+        stopped = threading.Event()
+
+        async def agent(state):
+            reply = await model.ainvoke(state["messages"])
+            try:
+                await asyncio.Event().wait()  # a model call that takes its time
+            except asyncio.CancelledError:
+                stopped.set()
+                raise
+            return {"messages": [reply]}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", agent)
+        builder.add_edge(START, "agent")
+        turn_id = self.server.post("lg7", "go")
+
+        def until():
+            self.server.wait_turn(turn_id, lambda t: t["text"] == "Starting. ", "text")
+            status, _ = self.server.api("POST", f"/turns/{turn_id}/cancel")
+            self.assertEqual(status, 200)
+            self.assertTrue(stopped.wait(30), "the graph's run was not stopped")
+            return self.server.wait_turn_end(turn_id)
+
+        info = self.with_worker(builder.compile(checkpointer=InMemorySaver()), until, "py-lg-d")
+        self.assertEqual((info["state"], info["text"]), ("cancelled", "Starting. "), info)
 
     def test_an_error_fails_the_turn_with_its_message_and_keeps_the_text(self):
         model = scripted("Looking it up.")

@@ -25,7 +25,7 @@ class LangGraphTurn:
         self.config["configurable"] = dict(
             self.config.get("configurable") or {}, thread_id=turn.session_id
         )
-        self.calls = []  # (call_id, name, args) of tool calls the models made, not yet run
+        self.calls = []  # (call_id, name, args) of tool calls the models made, not yet done
         self.tools = {}  # tool run id -> call_id
         # Started calls are not started again when a tool that interrupted runs again.
         self.started = {
@@ -90,8 +90,9 @@ class LangGraphTurn:
                 self._tool_end(event, data.get("output"))
             elif kind == "on_tool_error":
                 error = data.get("error")
-                if not isinstance(error, GraphInterrupt):  # it runs again once answered
-                    call_id = self.tools.pop(event["run_id"], event["run_id"])
+                call_id = self.tools.pop(event["run_id"], event["run_id"])
+                if not isinstance(error, GraphInterrupt):  # that one runs again once answered
+                    self._done(call_id)
                     self.turn.tool(call_id, event["name"], "failed", output_preview=str(error))
 
     def _chunk(self, chunk):
@@ -120,11 +121,15 @@ class LangGraphTurn:
 
     def _call_id(self, event, args):
         """The model's id for the tool call this run executes (the run's id when none fits)."""
-        for index, (call_id, name, called) in enumerate(self.calls):
-            if name == event["name"] and called == args:
-                del self.calls[index]
+        running = set(self.tools.values())
+        for call_id, name, called in self.calls:
+            if name == event["name"] and called == args and call_id not in running:
                 return call_id
         return event["run_id"]
+
+    def _done(self, call_id):
+        """A call ran to its end (one that interrupted runs again, under the same id)."""
+        self.calls = [c for c in self.calls if c[0] != call_id]
 
     def _tool_start(self, event, data):
         args = data.get("input")
@@ -141,6 +146,7 @@ class LangGraphTurn:
             call_id = output.tool_call_id or call_id
             status = "failed" if output.status == "error" else "finished"
             output = output.content
+        self._done(call_id)
         self.turn.tool(call_id, event["name"], status,
                        output_preview=output if isinstance(output, str) else _preview(output))
 
