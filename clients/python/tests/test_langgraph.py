@@ -70,13 +70,13 @@ class LangGraphTest(unittest.TestCase):
     def tearDown(self):
         self.server.stop()
 
-    def with_worker(self, graph, until, worker_id):
+    def with_worker(self, graph, until, worker_id, input=lambda turn: None):
         """Runs run_graph for every claimed turn (run_worker_async) while until() runs."""
         async def main():
             stop = asyncio.Event()
             client = AsyncWorkerClient(self.server.url, SERVICE_KEY, worker_id=worker_id)
             loop = asyncio.get_running_loop().create_task(run_worker_async(
-                client, lambda turn: run_graph(turn, graph), wait_ms=500, stop=stop))
+                client, lambda turn: run_graph(turn, graph, input(turn)), wait_ms=500, stop=stop))
             try:
                 return await asyncio.to_thread(until)
             finally:
@@ -103,6 +103,20 @@ class LangGraphTest(unittest.TestCase):
             ("thinking", "A greeting."),
             ("turn_ended", {"state": "completed"}),
         ])
+
+    def test_a_runnable_that_is_not_a_graph_and_a_graph_with_no_checkpointer(self):
+        model = scripted("Just a model.")
+        turn_id = self.server.post("lg8", "hi")
+        graph = model  # with_worker's handler passes the user's text to it instead of a state
+        info = self.with_worker(
+            graph, lambda: self.server.wait_turn_end(turn_id), "py-lg-e",
+            input=lambda turn: turn.user_message["content"])
+        self.assertEqual((info["state"], info["text"]), ("completed", "Just a model."), info)
+        # A graph compiled without a checkpointer (it cannot interrupt; nothing is looked up).
+        turn_id = self.server.post("lg8", "again")
+        graph = build_graph(scripted("No memory."), checkpointer=None)
+        info = self.with_worker(graph, lambda: self.server.wait_turn_end(turn_id), "py-lg-e")
+        self.assertEqual((info["state"], info["text"]), ("completed", "No memory."), info)
 
     def test_a_tool_call_with_its_tool_events_and_the_final_message(self):
         model = scripted(tool_call("add", {"a": 2, "b": 3}, "call_add"), "2 + 3 = 5.")

@@ -35,7 +35,7 @@ class LangGraphTurn:
 
     async def run(self, input=None):
         """Streams the graph to the end of its run for this turn, asking where it interrupts."""
-        if self.turn.continuation is not None and hasattr(self.graph, "aget_state"):
+        if self.turn.continuation is not None and self._checkpointed():
             # Claimed again after an ask: the graph waits at the interrupt that asked.
             snapshot = await self.graph.aget_state(self.config)
             self._remember_calls(snapshot.values)
@@ -54,10 +54,14 @@ class LangGraphTurn:
             if not await self._until_cancelled(self._stream(step)):
                 return
             step = None
-            if hasattr(self.graph, "aget_state"):
+            if self._checkpointed():
                 interrupts = (await self.graph.aget_state(self.config)).interrupts
                 if interrupts:
                     step = await self._answer(interrupts)
+
+    def _checkpointed(self):
+        """A graph with a checkpointer (only those interrupt); not a plain runnable."""
+        return hasattr(self.graph, "aget_state") and bool(getattr(self.graph, "checkpointer", None))
 
     async def _until_cancelled(self, work):
         """Runs work unless the turn is cancelled meanwhile (False then: the run is stopped)."""
