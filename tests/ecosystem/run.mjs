@@ -9,6 +9,8 @@
 //   other tabs, reloads, stop, resume, attachments), all on one server whose openai agent
 //   talks to an in-process fake upstream (fake-upstream.mjs);
 // - react-scenarios.mjs: turnstream/react's useTurnstream under React 19 and React 18;
+// - aisdk-agent-scenarios.mjs: an AI SDK agent (turnstream-worker/ai-sdk) whose tool needs
+//   approval, approved through useChat (ai 7);
 // - tsc --strict on a TypeScript consumer of both entries, once per AI SDK major (run while the
 //   browser scenarios run).
 // One browser; each scenario gets its own browser context. E2E_ONLY=<text> runs the scenarios
@@ -21,6 +23,7 @@ import { join } from "node:path";
 import { Server, BIN, CHROMIUM, ARTIFACTS, timeout } from "../support.mjs";
 import { AI_MAJORS, buildPages, DIST } from "./build.mjs";
 import { FakeUpstream } from "./fake-upstream.mjs";
+import { scenarios as aiSdkAgent } from "./aisdk-agent-scenarios.mjs";
 import { scenarios as majors } from "./majors.mjs";
 import { scenarios as hook } from "./react-scenarios.mjs";
 import { scenarios as chunks } from "./usechat-ai5.mjs";
@@ -83,7 +86,7 @@ async function main() {
     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
       "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
   });
-  const all = [...chunks, ...asks, ...branches, ...majors, ...hook];
+  const all = [...chunks, ...asks, ...branches, ...majors, ...hook, ...aiSdkAgent];
   let shared = null;
   for (const [i, s] of all.entries()) {
     if (!wanted(s.name)) continue;
