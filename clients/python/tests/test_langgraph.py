@@ -26,6 +26,8 @@ from fake_models import scripted, tool_call  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.graph import START, MessagesState, StateGraph  # noqa: E402
+from langgraph.types import interrupt  # noqa: E402
+from typing_extensions import TypedDict  # noqa: E402
 from langgraph_worker import build_graph  # noqa: E402
 from server import SERVICE_KEY, Server  # noqa: E402
 
@@ -192,6 +194,64 @@ class LangGraphTest(unittest.TestCase):
             ("response", "Not deployed."),
             ("turn_ended", {"state": "completed"}),
         ])
+
+    def test_a_node_that_interrupts_twice_gets_each_answer_where_it_asked(self):
+        class Order(TypedDict, total=False):
+            reply: str
+
+        def order(state):
+            colour = interrupt("Colour?")["text"]
+            size = interrupt({"prompt": "Size?", "options": ["M", "L"]})["text"]
+            return {"reply": f"{colour}, {size}"}
+
+        builder = StateGraph(Order)
+        builder.add_node("order", order)
+        builder.add_edge(START, "order")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        turn_id = self.server.post("lg9", "order")
+
+        def until():
+            for prompt, text in (("Colour?", "red"), ("Size?", "L")):
+                request = self.server.wait_turn(
+                    turn_id, lambda t: any(r["prompt"] == prompt and "answer" not in r
+                                           for r in t.get("requests", [])), prompt)["requests"][-1]
+                self.server.give(turn_id, {"request_id": request["request_id"], "text": text})
+            return self.server.wait_turn_end(turn_id)
+
+        info = self.with_worker(graph, until, "py-lg-f", input=lambda turn: {})
+        self.assertEqual(info["state"], "completed", info)
+        self.assertEqual([(r["prompt"], r["answer"]) for r in info["requests"]],
+                         [("Colour?", {"text": "red"}), ("Size?", {"text": "L"})])
+        values = graph.get_state({"configurable": {"thread_id": "lg9"}}).values
+        self.assertEqual(values, {"reply": "red, L"})
+
+    def test_interrupts_of_parallel_nodes_are_asked_at_once_and_resumed_each_with_its_own(self):
+        class Order(TypedDict, total=False):
+            colour: str
+            size: str
+
+        builder = StateGraph(Order)
+        builder.add_node("colour", lambda s: {"colour": interrupt("Colour?")["text"]})
+        builder.add_node("size", lambda s: {"size": interrupt({"prompt": "Size?",
+                                                               "options": ["M", "L"]})["text"]})
+        builder.add_edge(START, "colour")
+        builder.add_edge(START, "size")
+        graph = builder.compile(checkpointer=InMemorySaver())
+        turn_id = self.server.post("lg10", "order")
+
+        def until():
+            requests = self.server.wait_open_requests(turn_id, 2)["requests"]
+            ids = {r["prompt"]: r["request_id"] for r in requests}
+            self.assertEqual([r.get("options") for r in requests if r["prompt"] == "Size?"],
+                             [["M", "L"]])
+            self.server.give(turn_id, {"request_id": ids["Size?"], "text": "L"})
+            self.server.give(turn_id, {"request_id": ids["Colour?"], "text": "red"})
+            return self.server.wait_turn_end(turn_id)
+
+        info = self.with_worker(graph, until, "py-lg-g", input=lambda turn: {})
+        self.assertEqual(info["state"], "completed", info)
+        values = graph.get_state({"configurable": {"thread_id": "lg10"}}).values
+        self.assertEqual(values, {"colour": "red", "size": "L"})
 
     def test_a_cancel_stops_the_graph(self):
         self.server.stop()

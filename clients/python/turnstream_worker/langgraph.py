@@ -25,7 +25,8 @@ class LangGraphTurn:
         self.config["configurable"] = dict(
             self.config.get("configurable") or {}, thread_id=turn.session_id
         )
-        self.calls = []  # (call_id, name, args) of tool calls the models made, not yet done
+        self.calls = []  # (call_id, name, args) of the tool calls the models made
+        self.done = set()  # calls whose tool ended
         self.tools = {}  # tool run id -> call_id
         # Started calls are not started again when a tool that interrupted runs again.
         self.started = {
@@ -115,25 +116,25 @@ class LangGraphTurn:
 
     def _remember_calls(self, values):
         messages = values.get("messages", []) if isinstance(values, dict) else []
-        done = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        self.done |= {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         for message in messages:
             if isinstance(message, AIMessage):
                 for call in message.tool_calls:
                     known = any(c[0] == call["id"] for c in self.calls)
-                    if call["id"] and call["id"] not in done and not known:
+                    if call["id"] and not known:
                         self.calls.append((call["id"], call["name"], call["args"]))
 
     def _call_id(self, event, args):
         """The model's id for the tool call this run executes (the run's id when none fits)."""
         running = set(self.tools.values())
-        for call_id, name, called in self.calls:
-            if name == event["name"] and called == args and call_id not in running:
-                return call_id
-        return event["run_id"]
+        fits = [c[0] for c in self.calls
+                if c[1] == event["name"] and c[2] == args and c[0] not in running]
+        # A node that interrupted runs all its tools again, those that ended included.
+        fits.sort(key=lambda call_id: call_id in self.done)
+        return fits[0] if fits else event["run_id"]
 
     def _done(self, call_id):
-        """A call ran to its end (one that interrupted runs again, under the same id)."""
-        self.calls = [c for c in self.calls if c[0] != call_id]
+        self.done.add(call_id)
 
     def _tool_start(self, event, data):
         args = data.get("input")
@@ -157,8 +158,7 @@ class LangGraphTurn:
     async def _answer(self, interrupts):
         """Asks what the interrupts ask (at once, so they share one wait); the resume command."""
         answers = await asyncio.gather(*(self._ask(i) for i in interrupts))
-        if len(interrupts) == 1:
-            return Command(resume=answers[0])
+        # By id: a node that interrupts again gets each earlier answer where it was asked.
         return Command(resume={i.id: answer for i, answer in zip(interrupts, answers)})
 
     def _ask(self, interrupt):
