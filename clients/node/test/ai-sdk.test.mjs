@@ -1,12 +1,12 @@
 // turnstream-worker/ai-sdk on ai 5, 6 and 7 against the real server binary, with each major's
 // mock language model: streamed text and reasoning, a tool call with its output, a tool that
 // needs approval answered yes (also in another worker) and no, a client tool, a provider error
-// midway and a cancel mid-stream. Each checks the turn's journal as the browser reads it and
+// midway and a cancel mid-stream; and pipeUIMessageStream on a UI message stream. Each checks the turn's journal as the browser reads it and
 // its final message exactly.
 import { test, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { WorkerClient, runWorker } from "../src/index.js";
-import { aiSdkAgent } from "../src/ai-sdk.js";
+import { aiSdkAgent, pipeUIMessageStream } from "../src/ai-sdk.js";
 import { startServer, SERVICE_KEY } from "./server.mjs";
 import { cursorOf, journalOf } from "./ai-sdk/journal.mjs";
 
@@ -354,6 +354,33 @@ for (const m of MAJORS) {
         started,
         { event: "response_delta", delta: "Partial " },
         ended("cancelled", reply("Partial ", "cancelled")),
+      ]);
+    });
+
+    test("pipeUIMessageStream: a UI message stream's reasoning, tool call and text, then its error, into the turn", async () => {
+      const model = mockModel(m, [
+        [start, ...reasoning("r", "Looking ", "it up."), toolCall("call_w", "weather", { city: "Porto" }), finish(m, 5, 3, "tool-calls")],
+        [start, ...text("t", "Rainy in ", "Porto"), { type: "error", error: new Error("upstream went away") }],
+      ]);
+      const tools = {
+        weather: m.ai.tool({
+          description: "The weather in a city.",
+          inputSchema: z.object({ city: z.string() }),
+          execute: async ({ city }) => ({ city, sky: "rain" }),
+        }),
+      };
+      const handler = (turn) => {
+        const result = m.ai.streamText({ model, tools, prompt: turn.userMessage.content, stopWhen: ({ steps }) => steps.length >= 2, abortSignal: turn.signal, onError: () => {} });
+        return pipeUIMessageStream(turn, result.toUIMessageStream({ onError: (e) => e.message }));
+      };
+      const { events } = await turnOf(`ai${m.major}-ui`, "weather?", handler);
+      assert.deepEqual(shape(events), [
+        started,
+        { event: "thinking", delta: "Looking it up." },
+        { event: "tool", call_id: "call_w", name: "weather", status: "started", input_preview: '{"city":"Porto"}' },
+        { event: "tool", call_id: "call_w", name: "weather", status: "finished", output_preview: '{"city":"Porto","sky":"rain"}' },
+        { event: "response_delta", delta: "Rainy in Porto" },
+        ended("failed", reply("Rainy in Porto", "failed"), { error: "upstream went away" }),
       ]);
     });
   });
