@@ -195,6 +195,25 @@ class LangGraphTest(unittest.TestCase):
             ("turn_ended", {"state": "completed"}),
         ])
 
+    def test_a_tool_that_ended_and_runs_again_with_one_that_interrupted_keeps_its_id(self):
+        calls = [{"name": "add", "args": {"a": 1, "b": 1}, "id": "call_add"},
+                 {"name": "deploy", "args": {"target": "dev"}, "id": "call_dev"}]
+        model = scripted(AIMessage("", tool_calls=calls), "Done.")
+        turn_id = self.server.post("lg11", "add and deploy")
+
+        def until():
+            request = self.server.wait_open_requests(turn_id)["requests"][0]
+            self.server.give(turn_id, {"request_id": request["request_id"], "approved": True})
+            return self.server.wait_turn_end(turn_id)
+
+        info = self.with_worker(build_graph(model, InMemorySaver()), until, "py-lg-h")
+        self.assertEqual((info["state"], info["text"]), ("completed", "Done."), info)
+        # ToolNode runs both calls again on the answer; each stays one tool of the turn.
+        self.assertEqual(
+            sorted((t["call_id"], t["status"], t.get("output_preview")) for t in info["tools"]),
+            [("call_add", "finished", "2"), ("call_dev", "finished", "dev is live")],
+        )
+
     def test_a_node_that_interrupts_twice_gets_each_answer_where_it_asked(self):
         class Order(TypedDict, total=False):
             reply: str
