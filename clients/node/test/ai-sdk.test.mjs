@@ -1,8 +1,8 @@
-// turnstream-worker/ai-sdk on ai 5, 6 and 7 against the real server binary, with each major's
-// mock language model: streamed text and reasoning, a tool call with its output, a tool that
+// turnstream-worker/ai-sdk on ai 5, 6 and 7 (and ai 7 with a V4 model) against the real server
+// binary, with each major's mock language model: streamed text and reasoning, a tool call with its output, a tool that
 // needs approval answered yes (also in another worker) and no, a client tool, a provider error
-// midway and a cancel mid-stream; and pipeUIMessageStream on a UI message stream. Each checks the turn's journal as the browser reads it and
-// its final message exactly.
+// midway and a cancel mid-stream; and pipeUIMessageStream on a UI message stream. Each checks
+// the turn's journal as the browser reads it and its final message exactly.
 import { test, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { WorkerClient, runWorker } from "../src/index.js";
@@ -118,10 +118,10 @@ const shape = (events) =>
 const reply = (content, status = "complete") => ({ role: "assistant", content, status });
 
 for (const m of MAJORS) {
-  const noApprovals = !m.approvals && `ai ${m.major} has no tool approvals (needsApproval is ai 6 and 7)`;
-  describe(`ai ${m.major}`, () => {
+  const noApprovals = !m.approvals && `${m.name} has no tool approvals (needsApproval is ai 6 and 7)`;
+  describe(m.name, () => {
     test("streamed reasoning and text, the history and an attachment as the model's messages, the usage", async () => {
-      const session = `ai${m.major}-text`;
+      const session = `${m.id}-text`;
       const model = mockModel(m, [
         [start, ...text("t", "First ", "answer."), finish(m, 3, 2)],
         [start, ...reasoning("r", "Thinking ", "it over."), ...text("t", "Hello, ", "world."), finish(m, 12, 5)],
@@ -155,7 +155,9 @@ for (const m of MAJORS) {
       ]);
       const [said, file] = prompt[3].content;
       assert.deepEqual([prompt[3].role, said.type, said.text], ["user", "text", "second"]);
-      assert.deepEqual([file.type, file.mediaType, file.filename, file.data], ["file", "text/plain", "hi.txt", "aGk="]);
+      // A V4 model gets the file's bytes as `{type: "data", data}`, older ones as the data itself.
+      const data = file.data?.type === "data" ? file.data.data : file.data;
+      assert.deepEqual([file.type, file.mediaType, file.filename, data], ["file", "text/plain", "hi.txt", "aGk="]);
     });
 
     test("a tool call with its output, then the answer", async () => {
@@ -171,7 +173,7 @@ for (const m of MAJORS) {
           execute: async ({ city }) => ((runs += 1), { city, sky: "sunny" }),
         }),
       };
-      const { events } = await turnOf(`ai${m.major}-tool`, "weather?", aiSdkAgent({ model, tools, streamText: m.ai.streamText }));
+      const { events } = await turnOf(`${m.id}-tool`, "weather?", aiSdkAgent({ model, tools, streamText: m.ai.streamText }));
       assert.deepEqual(shape(events), [
         started,
         { event: "tool", call_id: "call_w", name: "weather", status: "started", input_preview: '{"city":"Lisbon"}' },
@@ -211,7 +213,7 @@ for (const m of MAJORS) {
     test("a tool that needs approval, answered yes: it runs once, in the same turn", { skip: noApprovals }, async () => {
       const deployed = [];
       const model = mockModel(m, [deployStep(), [start, ...text("t", "Done."), finish(m, 8, 1)]]);
-      const { events } = await turnOf(`ai${m.major}-yes`, "deploy prod", deployAgent(model, deployed), async (turnId) => {
+      const { events } = await turnOf(`${m.id}-yes`, "deploy prod", deployAgent(model, deployed), async (turnId) => {
         await server.waitOpenRequests(turnId);
         assert.deepEqual(deployed, [], "nothing runs before the answer");
         await give(turnId, { request_id: "call_d", approved: true });
@@ -233,7 +235,7 @@ for (const m of MAJORS) {
     test("a tool that needs approval, answered no: it never runs and the model reads why", { skip: noApprovals }, async () => {
       const deployed = [];
       const model = mockModel(m, [deployStep(), [start, ...text("t", "Not deployed."), finish(m, 8, 2)]]);
-      const { events } = await turnOf(`ai${m.major}-no`, "deploy prod", deployAgent(model, deployed), async (turnId) => {
+      const { events } = await turnOf(`${m.id}-no`, "deploy prod", deployAgent(model, deployed), async (turnId) => {
         await server.waitOpenRequests(turnId);
         await give(turnId, { request_id: "call_d", approved: false, reason: "not on a Friday" });
       });
@@ -256,7 +258,7 @@ for (const m of MAJORS) {
     });
 
     test("approved while no worker held the turn: another worker runs the tool once and the model goes on from the journal", { skip: noApprovals }, async () => {
-      const session = `ai${m.major}-elsewhere`;
+      const session = `${m.id}-elsewhere`;
       const cursor = await cursorOf(server, session);
       const turnId = await post(session, "deploy prod");
       const first = [];
@@ -299,7 +301,7 @@ for (const m of MAJORS) {
         [start, ...text("t", "You are in ", "Lisbon."), finish(m, 9, 3)],
       ]);
       const tools = { get_location: m.ai.tool({ description: "Where the user is (the browser knows).", inputSchema: z.object({}) }) };
-      const { events } = await turnOf(`ai${m.major}-client`, "where am I?", aiSdkAgent({ model, tools, streamText: m.ai.streamText }), async (turnId) => {
+      const { events } = await turnOf(`${m.id}-client`, "where am I?", aiSdkAgent({ model, tools, streamText: m.ai.streamText }), async (turnId) => {
         const waiting = await server.waitOpenRequests(turnId);
         assert.equal(waiting.requests[0].kind, "client_tool");
         await give(turnId, { request_id: "call_loc", output: { city: "Lisbon" } });
@@ -319,7 +321,7 @@ for (const m of MAJORS) {
 
     test("a provider error midway: the turn fails with its message and keeps the text before it, once", async () => {
       const model = mockModel(m, [[start, ...text("t", "Half ", "a reply").slice(0, 3), { type: "error", error: new Error("upstream overloaded") }]]);
-      const { events } = await turnOf(`ai${m.major}-error`, "hi", aiSdkAgent({ model, streamText: m.ai.streamText }));
+      const { events } = await turnOf(`${m.id}-error`, "hi", aiSdkAgent({ model, streamText: m.ai.streamText }));
       assert.deepEqual(shape(events), [
         started,
         { event: "response_delta", delta: "Half a reply" },
@@ -344,7 +346,7 @@ for (const m of MAJORS) {
             },
           }),
       ]);
-      const { events } = await turnOf(`ai${m.major}-cancel`, "hi", aiSdkAgent({ model, streamText: m.ai.streamText }), async (turnId) => {
+      const { events } = await turnOf(`${m.id}-cancel`, "hi", aiSdkAgent({ model, streamText: m.ai.streamText }), async (turnId) => {
         await server.waitTurn(turnId, (t) => t.text === "Partial ", "the partial text");
         const res = await server.api("POST", `/turns/${turnId}/cancel`);
         assert.equal(res.status, 200, JSON.stringify(res.body));
@@ -373,7 +375,7 @@ for (const m of MAJORS) {
         const result = m.ai.streamText({ model, tools, prompt: turn.userMessage.content, stopWhen: ({ steps }) => steps.length >= 2, abortSignal: turn.signal, onError: () => {} });
         return pipeUIMessageStream(turn, result.toUIMessageStream({ onError: (e) => e.message }));
       };
-      const { events } = await turnOf(`ai${m.major}-ui`, "weather?", handler);
+      const { events } = await turnOf(`${m.id}-ui`, "weather?", handler);
       assert.deepEqual(shape(events), [
         started,
         { event: "thinking", delta: "Looking it up." },

@@ -23,8 +23,10 @@ const nested = (input, output) => ({
   },
 });
 
+// ai 7 runs V3 models (what providers for ai 6 give) and its own V4 ones: both are tested.
 export const MAJORS = [
-  { major: 5, ai: ai5, Mock: test5.MockLanguageModelV2, finish: flat, approvals: false },
-  { major: 6, ai: ai6, Mock: test6.MockLanguageModelV3, finish: nested, approvals: true },
-  { major: 7, ai: ai7, Mock: test7.MockLanguageModelV3, finish: nested, approvals: true },
+  { name: "ai 5", id: "ai5", ai: ai5, Mock: test5.MockLanguageModelV2, finish: flat, approvals: false },
+  { name: "ai 6", id: "ai6", ai: ai6, Mock: test6.MockLanguageModelV3, finish: nested, approvals: true },
+  { name: "ai 7", id: "ai7", ai: ai7, Mock: test7.MockLanguageModelV3, finish: nested, approvals: true },
+  { name: "ai 7, a V4 model", id: "ai7v4", ai: ai7, Mock: test7.MockLanguageModelV4, finish: nested, approvals: true },
 ];
