@@ -1,8 +1,8 @@
 // turnstream-worker/ai-sdk on ai 5, 6 and 7 (and ai 7 with a V4 model) against the real server
-// binary, with each major's mock language model: streamed text and reasoning, a tool call with its output, a tool that
-// needs approval answered yes (also in another worker) and no, a client tool, a provider error
-// midway and a cancel mid-stream; and pipeUIMessageStream on a UI message stream. Each checks
-// the turn's journal as the browser reads it and its final message exactly.
+// binary, with each major's mock language model: streamed text and reasoning, a tool call with
+// its output, a tool that needs approval answered yes (also in another worker) and no, a client
+// tool, a provider error midway and a cancel mid-stream; and pipeUIMessageStream on a UI message
+// stream. Each checks the turn's journal as the browser reads it and its final message exactly.
 import { test, describe, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { WorkerClient, runWorker } from "../src/index.js";
