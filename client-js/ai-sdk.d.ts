@@ -1,5 +1,5 @@
 import type { ChatTransport, UIMessage, UIMessageChunk } from "ai";
-import type { ChatClient, ChatState, ConnectOptions, InitInput } from "./turnstream.js";
+import type { BranchPosition, ChatClient, ChatState, ConnectOptions, InitInput } from "./turnstream.js";
 
 export interface TurnstreamChatTransportOptions extends Omit<ConnectOptions, "sessionId"> {
   /** Passed to the package's `init` when its wasm is not next to its JS (a bundler that does
@@ -11,6 +11,19 @@ export interface MessagesOptions {
   /** How long to wait for the server's history before answering with the cache (ms, default 5000).
    *  It answers at once when the browser is offline or the server refuses the token. */
   timeoutMs?: number;
+}
+
+/**
+ * What the transport puts in a UI message's `metadata` (`UIMessage<TurnstreamMetadata>`; an
+ * app's own metadata type may extend it).
+ */
+export interface TurnstreamMetadata {
+  /** Its place among its versions (contract v1.2); on a streamed reply, only when it has others. */
+  branch?: BranchPosition;
+  /** On a reply whose turn ended while no page listened (the entry's `recovered`): it was not
+   *  seen live, so its side effects (a sound, a notification, `onFinish` work) must not run
+   *  again. Absent on live replies and on user messages. */
+  recovered?: true;
 }
 
 /** UI messages for `useChat`'s `messages`, and where they come from. */
@@ -45,6 +58,11 @@ export type SetMessages<UI_MESSAGE extends UIMessage = UIMessage> = (update: (me
  * starts a new branch). The messages are the session's active branch, each with
  * `metadata.branch` (`{ index, count }`: its place among its versions); switch with
  * `ChatClient.switchBranch` (`transport.client(chatId)`), which every tab and device follows.
+ *
+ * Recovered replies: a reply whose turn ended while no page listened (the page was closed
+ * mid-turn) has `metadata.recovered: true`, in `messages`, `watch` and `toUIMessages`, and on
+ * the `start` and `finish` chunks of a stream that ends that way (so `onFinish`'s `message`
+ * has it): the guard for side effects.
  */
 export declare class TurnstreamChatTransport<UI_MESSAGE extends UIMessage = UIMessage> implements ChatTransport<UI_MESSAGE> {
   constructor(options?: TurnstreamChatTransportOptions);
@@ -74,6 +92,7 @@ export declare class TurnstreamChatTransport<UI_MESSAGE extends UIMessage = UIMe
  * A ChatClient state's messages as UI messages, each entry under its `key`, so a turn that
  * `reconnectToStream` resumes (its `start` names the same key) replaces its entry instead of
  * showing a second reply. Messages the server refused, and replies with nothing to show yet, are
- * left out; attachments become `file` parts, thinking, tool calls and text their parts.
+ * left out; attachments become `file` parts, thinking, tool calls and text their parts. Each
+ * has `metadata.branch`, and a recovered reply `metadata.recovered: true`.
  */
 export declare function toUIMessages<UI_MESSAGE extends UIMessage = UIMessage>(state: ChatState): UI_MESSAGE[];

@@ -298,7 +298,9 @@ function uiMessage(m, id) {
     if (part) parts.push(part);
   }
   if (m.content) parts.push({ type: "text", text: m.content, state: done ? "done" : "streaming" });
-  return parts.length ? { id, role: "assistant", parts, metadata: { branch: m.branch } } : null;
+  const metadata = { branch: m.branch };
+  if (m.recovered) metadata.recovered = true; // a live reply's is `{ branch }`, as before
+  return parts.length ? { id, role: "assistant", parts, metadata } : null;
 }
 
 /**
@@ -484,8 +486,12 @@ function settled(client, signal) {
   });
 }
 
-/** A chunk with the reply's place among its versions, when it has others (v1.2). */
-const withBranch = (chunk, entry) => (entry.branch?.count > 1 ? { ...chunk, messageMetadata: { branch: entry.branch } } : chunk);
+/** A chunk with the reply's metadata: `branch` when it has other versions (v1.2), `recovered`. */
+const withMeta = (chunk, { branch, recovered }) => {
+  const meta = branch?.count > 1 ? { branch } : {};
+  if (recovered) meta.recovered = true;
+  return meta.branch || recovered ? { ...chunk, messageMetadata: meta } : chunk;
+};
 
 const parsePreview = (s) => {
   if (s == null) return undefined;
@@ -586,7 +592,7 @@ function followTurn(client, target, signal, chat) {
     if (!entry) return;
     if (!started) {
       started = true;
-      emit(withBranch({ type: "start", messageId: entry.key }, entry));
+      emit(withMeta({ type: "start", messageId: entry.key }, entry));
       // A new step of the same reply: what useChat answered is the step before it.
       if (from) emit({ type: "start-step" });
     }
@@ -630,7 +636,7 @@ function followTurn(client, target, signal, chat) {
     }
     if (ENDED.has(entry.status)) {
       closePart();
-      if (entry.status === "complete") emit(withBranch({ type: "finish" }, entry));
+      if (entry.status === "complete") emit(withMeta({ type: "finish" }, entry));
       else if (entry.status === "cancelled") emit({ type: "abort" });
       else emit({ type: "error", errorText: entry.error?.message || `the turn ${entry.status === "failed" ? "failed" : "was interrupted"}` });
       end();

@@ -7,7 +7,8 @@ export interface UseTurnstreamOptions extends ConnectOptions {
 
 export interface UseTurnstreamResult {
   /** The client's state (through `useSyncExternalStore`); until it is connected, an empty state
-   *  with `connection: "connecting"`. */
+   *  with `connection: "connecting"`. Its entries are `ChatClient`'s: a reply's `recovered`
+   *  (its turn ended while no page listened) is the guard for side effects. */
   readonly state: ChatState;
   /** `ChatClient.send`; waits for the client when it is still connecting. */
   send(content: string, options?: SendOptions): Promise<SendResult>;

@@ -66,12 +66,26 @@ function bubble(entry) {
     actions.append(cancel);
     const requests = el("div", "requests");
     b.append(thinking, tools);
-    b.append(el("div", "text"), requests, el("div", "meta"), actions);
+    b.append(el("div", "text"), requests, metaLine(true), actions);
   } else {
-    b.append(el("div", "text"), el("div", "meta"));
+    b.append(el("div", "text"), metaLine(false));
   }
   b.append(versionBar(b));
   return b;
+}
+
+/** A bubble's status line; a reply's also has room for the quiet "recovered" mark. */
+function metaLine(reply) {
+  const meta = el("div", "meta");
+  meta.append(el("span", "meta-status"));
+  if (reply) {
+    const mark = el("span", "recovered", "recovered");
+    mark.dataset.testid = "recovered";
+    mark.title = "Finished while no page was open: shown from the server, without its new-reply cue";
+    mark.hidden = true;
+    meta.append(mark);
+  }
+  return meta;
 }
 
 // ----- versions: edit a message, regenerate a reply, switch between them -----
@@ -160,9 +174,10 @@ function update(b, entry) {
     (entry.status === "queued" || entry.status === "streaming" || entry.status === "waiting");
   let meta = STATUS_LABEL[entry.status] ?? entry.status;
   if (entry.error && entry.error.message) meta += (meta ? ": " : "") + entry.error.message;
-  if (entry.recovered) meta += (meta ? " · " : "") + "recovered";
-  b.querySelector(".meta").textContent = meta;
+  b.querySelector(".meta-status").textContent = meta;
+  b.querySelector(".meta").hidden = !meta && !entry.recovered;
   if (entry.role !== "assistant") return;
+  b.querySelector(".recovered").hidden = !entry.recovered;
   b.classList.toggle("live", live);
   const thinking = b.querySelector(".thinking");
   thinking.hidden = !entry.thinking;
@@ -182,6 +197,23 @@ function update(b, entry) {
   b.querySelector(".actions").hidden = !live;
   if (live) b.querySelector(".cancel").disabled = false;
 }
+
+// ----- the new-reply cue, for live replies only -----
+
+/** The cue: counted on <html data-reply-cues>, and while the tab is hidden a count in its title. */
+const TITLE = document.title;
+let unseen = 0;
+function onNewReply() {
+  const root = document.documentElement;
+  root.dataset.replyCues = String(Number(root.dataset.replyCues) + 1);
+  if (document.visibilityState === "hidden") document.title = `(${++unseen}) ${TITLE}`;
+}
+document.documentElement.dataset.replyCues = "0";
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState !== "visible" || !unseen) return;
+  unseen = 0;
+  document.title = TITLE;
+});
 
 // ----- what the agent asks (approvals, questions, tools the page runs) -----
 
@@ -340,6 +372,22 @@ const storage = params.get("storage") === "memory" ? "memory" : "indexeddb";
 const getToken = typeof window.turnstreamToken === "function" ? () => window.turnstreamToken() : undefined;
 const chat = await ChatClient.connect({ baseUrl: location.origin, sessionId, storage, getToken });
 window.chat = chat; // for the end-to-end suite and for poking at it in the console
+// The new-reply cue, as docs/sdk.md shows it (tests/recovered.mjs checks this block is the docs').
+// Not in the render below: a hidden tab gets no animation frames, and it is where a cue matters.
+// snippet: recovered-sdk
+// A reply's side effects (a sound, a notification, analytics) run when it completes while this
+// page watches it: not for replies read from history, not for a reply `recovered` after a reload.
+const inFlight = new Set(); // the replies this page saw queued, streaming or waiting
+function cueNewReplies(state) {
+  for (const m of state.messages) {
+    if (m.role !== "assistant") continue;
+    if (["queued", "streaming", "waiting"].includes(m.status)) inFlight.add(m.key);
+    else if (inFlight.delete(m.key) && m.status === "complete" && !m.recovered) onNewReply(m);
+  }
+}
+chat.subscribe(cueNewReplies);
+cueNewReplies(chat.state()); // the first state: replies the cache shows in flight
+// end snippet
 // Render at most once per frame: a backlog of events (a refresh mid-turn, a reconnect) then
 // costs one layout, not one per event.
 let frame = 0;

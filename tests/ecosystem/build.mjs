@@ -16,10 +16,16 @@ export const DIST = join(HERE, "dist");
 /** The AI SDK majors the suite runs: `ai<major>` and `ai-react<major>` in package.json. */
 export const AI_MAJORS = [5, 6, 7];
 
-/** The docs' snippets the suite runs as written: `<!-- snippet: name -->` before a jsx block. */
+/**
+ * The docs' snippets the suite runs as written: `<!-- snippet: name -->` before a jsx block,
+ * built once per AI SDK major in `majors` (snippet-<name><major>.html) or once per React major
+ * in `reacts` (snippet-<name><react>.html, e.g. snippet-recovered-react19.html).
+ */
 export const SNIPPETS = [
   { name: "docs", file: join(HERE, "..", "..", "docs", "sdk.md"), marker: "usechat-docs", majors: AI_MAJORS },
   { name: "readme", file: join(HERE, "..", "..", "README.md"), marker: "usechat-readme", majors: [AI_MAJORS.at(-1)] },
+  { name: "recovered-usechat", file: join(HERE, "..", "..", "docs", "sdk.md"), marker: "recovered-usechat", majors: [AI_MAJORS.at(-1)] },
+  { name: "recovered-react", file: join(HERE, "..", "..", "docs", "sdk.md"), marker: "recovered-react", reacts: [19, 18] },
 ];
 
 /** The code of the jsx block after `<!-- snippet: marker -->` in a Markdown file. */
@@ -67,9 +73,14 @@ export async function buildPages() {
       name: `ai${major}`, entry: "pages/ai-chat.jsx", alias: { "@ai-sdk/react": `ai-react${major}`, "ai-helpers": `ai${major}` },
       define: { __AI_VERSION__: JSON.stringify(aiVersionOf(major)) },
     })),
-    ...SNIPPETS.flatMap((sn) => sn.majors.map((major) => ({
+    ...SNIPPETS.flatMap((sn) => (sn.majors ?? []).map((major) => ({
       name: `snippet-${sn.name}${major}`, entry: "pages/snippet.jsx",
       alias: { "@ai-sdk/react": `ai-react${major}`, snippet: `./dist/snippets/${sn.name}.jsx` },
+      inject: [join(HERE, "pages", "snippet-globals.js")],
+    }))),
+    ...SNIPPETS.flatMap((sn) => (sn.reacts ?? []).map((react) => ({
+      name: `snippet-${sn.name}${react}`, entry: "pages/snippet.jsx",
+      alias: { snippet: `./dist/snippets/${sn.name}.jsx`, ...(react === 18 ? { react: "react18", "react-dom": "react-dom18" } : {}) },
       inject: [join(HERE, "pages", "snippet-globals.js")],
     }))),
     { name: "react19", entry: "pages/react-hook.jsx", alias: {} },

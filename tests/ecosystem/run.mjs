@@ -9,6 +9,8 @@
 //   other tabs, reloads, stop, resume, attachments), all on one server whose openai agent
 //   talks to an in-process fake upstream (fake-upstream.mjs);
 // - react-scenarios.mjs: turnstream/react's useTurnstream under React 19 and React 18;
+// - recovered-scenarios.mjs: `recovered` as the guard for side effects, through the docs'
+//   snippets: useTurnstream's effect (React 19 and 18) and useChat's onFinish (ai 7);
 // - aisdk-agent-scenarios.mjs: an AI SDK agent (turnstream-worker/ai-sdk) whose tool needs
 //   approval, approved through useChat (ai 7);
 // - tsc --strict on a TypeScript consumer of both entries, once per AI SDK major (run while the
@@ -26,6 +28,7 @@ import { FakeUpstream } from "./fake-upstream.mjs";
 import { scenarios as aiSdkAgent } from "./aisdk-agent-scenarios.mjs";
 import { scenarios as majors } from "./majors.mjs";
 import { scenarios as hook } from "./react-scenarios.mjs";
+import { scenarios as recovered } from "./recovered-scenarios.mjs";
 import { scenarios as chunks } from "./usechat-ai5.mjs";
 import { scenarios as asks } from "./usechat-asks.mjs";
 import { scenarios as branches } from "./usechat-branches.mjs";
@@ -86,7 +89,7 @@ async function main() {
     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
       "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
   });
-  const all = [...chunks, ...asks, ...branches, ...majors, ...hook, ...aiSdkAgent];
+  const all = [...chunks, ...asks, ...branches, ...majors, ...hook, ...recovered, ...aiSdkAgent];
   let shared = null;
   for (const [i, s] of all.entries()) {
     if (!wanted(s.name)) continue;

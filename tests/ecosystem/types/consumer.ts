@@ -4,7 +4,7 @@
 import { useChat } from "@ai-sdk/react";
 import type { ChatTransport, FileUIPart, UIMessage, UIMessageChunk } from "ai";
 import init, { type ChatState } from "turnstream";
-import { TurnstreamChatTransport, toUIMessages, type ChatMessages } from "turnstream/ai-sdk";
+import { TurnstreamChatTransport, toUIMessages, type ChatMessages, type TurnstreamMetadata } from "turnstream/ai-sdk";
 import { useTurnstream, type UseTurnstreamResult } from "turnstream/react";
 
 type Meta = { createdAt: number };
@@ -40,6 +40,15 @@ export async function aiSdk(): Promise<void> {
   void edited;
   client.regenerate("turn:t-1");
   client.switchBranch("turn:t-1", 0);
+  // `recovered`, the guard for side effects: on the transport's metadata, and in onFinish.
+  const guarded = new TurnstreamChatTransport<UIMessage<TurnstreamMetadata>>();
+  useChat<UIMessage<TurnstreamMetadata>>({
+    id: "support-42", transport: guarded,
+    onFinish: ({ message }) => {
+      const recovered: true | undefined = message.metadata?.recovered;
+      void recovered;
+    },
+  });
   await transport.close();
 }
 
@@ -67,5 +76,7 @@ export function react(): number {
   }
   void r.edit("c-1", "hello").then((x) => x.clientMessageId);
   void r.regenerate("turn:t-1");
+  const recovered: boolean[] = r.state.messages.map((m) => m.recovered);
+  void recovered;
   return r.state.messages.filter((m) => m.role === "assistant" && (m.status === "streaming" || m.status === "waiting")).length;
 }
