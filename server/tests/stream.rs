@@ -1,5 +1,6 @@
 //! The stream contract against the real binary: full turns, refresh mid-turn, Last-Event-ID
-//! resume, resync reasons, fan-out, isolation, cancel, silent turns, the payload cap, coalescing.
+//! resume, `since` as `cursor`, resync reasons, fan-out, isolation, cancel, silent turns, the
+//! payload cap, coalescing.
 
 mod support;
 
@@ -289,6 +290,87 @@ async fn every_resync_reason_is_sent_and_closes_the_stream() -> TestResult {
             .counter(&format!("turnstream_resyncs_total{{reason=\"{reason}\"}}"))
             .await?;
         assert!(n >= 1.0, "{reason} counted {n}");
+    }
+    Ok(())
+}
+
+/// `since` is `cursor` by another name: the same replay, snapshot and resync from it,
+/// `Last-Event-ID` above it, and `400 invalid_cursor` when the two name different positions.
+#[tokio::test]
+async fn since_resumes_exactly_like_cursor() -> TestResult {
+    let s = TestServer::start(&["--coalesce-ms", "0"])?;
+    let (_, start) = s.history("since").await?;
+    let sent = s.send("since", "/deltas 20").await?;
+    s.wait_turn_end(&sent.turn_id).await?;
+    let all = s
+        .stream(&format!("session=since&cursor={start}"), None)
+        .await?
+        .until_turn_ended(&sent.turn_id)
+        .await?;
+    let ids = |es: &[turnstream_protocol::Event]| -> Vec<String> {
+        es.iter().map(|e| e.id.clone()).collect()
+    };
+    let mid = all.len() / 2;
+    let at = &all[mid].id;
+    for query in [
+        format!("session=since&since={at}"),
+        format!("session=since&since={at}&cursor={at}"),
+        format!("session=since&cursor=&since={at}"),
+    ] {
+        let got = s
+            .stream(&query, None)
+            .await?
+            .until_turn_ended(&sent.turn_id)
+            .await?;
+        assert_eq!(
+            ids(&got),
+            ids(&all[mid + 1..]),
+            "{query}: a gap or a duplicate"
+        );
+    }
+    // The snapshot describes the same position: with the replay after it, the whole reply.
+    let mut with_snapshot = s
+        .stream(&format!("session=since&since={at}&snapshot=1"), None)
+        .await?;
+    let snap = with_snapshot.snapshot().await?;
+    assert_eq!(&snap.cursor, at);
+    let rest = with_snapshot.until_turn_ended(&sent.turn_id).await?;
+    let before: String = snap.active_turns.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(
+        format!("{before}{}", reply_text(&rest, &sent.turn_id)),
+        deltas_text(20)
+    );
+    // A native reconnect's Last-Event-ID wins over `since`.
+    let later = &all[mid + 3].id;
+    let got = s
+        .stream(&format!("session=since&since={at}"), Some(later))
+        .await?
+        .until_turn_ended(&sent.turn_id)
+        .await?;
+    assert_eq!(ids(&got), ids(&all[mid + 4..]));
+    // The same checks as `cursor`: a bare sequence number is no cursor.
+    s.stream("session=since&since=42", None)
+        .await?
+        .expect_resync("invalid")
+        .await?;
+    // Two different positions: refused before any stream, with or without Last-Event-ID.
+    let first = &all[0].id;
+    for last_event_id in [None, Some(later)] {
+        let mut req = s.http.get(format!(
+            "{}/api/stream?session=since&cursor={first}&since={at}",
+            s.url
+        ));
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id.as_str());
+        }
+        let res = req.send().await?;
+        assert_eq!(res.status(), 400);
+        let body: serde_json::Value = res.json().await?;
+        assert_eq!(body["error"]["code"], "invalid_cursor", "{body}");
+        assert!(body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        assert_eq!(body.as_object().map(|o| o.len()), Some(1), "{body}");
     }
     Ok(())
 }

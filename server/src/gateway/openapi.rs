@@ -330,8 +330,9 @@ fn history() {}
     params(
         ("session" = Vec<String>, Query, explode, description = "Session ids, repeatable: 1-32 distinct."),
         ("cursor" = Option<String>, Query, description = "Resume position (a cursor); empty means absent."),
+        ("since" = Option<String>, Query, description = "Another name for `cursor`, with the same rules; empty means absent. Sent with a non-empty `cursor`, it must have the same value (else `400 invalid_cursor`)."),
         ("snapshot" = Option<String>, Query, description = "`1`, `true` or `yes`: send a snapshot first (unless `Last-Event-ID` is sent)."),
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume position of an automatic reconnect; wins over `cursor`."),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume position of an automatic reconnect; wins over `cursor` and `since`."),
     ),
     responses(
         (status = 200, description = "`text/event-stream`: `retry: 1000`, then frames whose `data:` is one of these. A resume position the journal cannot serve gets one `history_resync_required` frame, then the stream closes.",
@@ -340,7 +341,7 @@ fn history() {}
                 ("Cache-Control" = String, description = "`no-cache`."),
                 ("X-Accel-Buffering" = String, description = "`no`."),
             )),
-        (status = 400, description = "`missing_session`, `invalid_session_id`, `too_many_sessions`.", body = ErrorBody),
+        (status = 400, description = "`missing_session`, `invalid_session_id`, `too_many_sessions`; `invalid_cursor`: `cursor` and `since` differ.", body = ErrorBody),
         TokenErrors,
         (status = 403, description = "`forbidden`: the token does not allow `read` on a session.", body = ErrorBody),
         (status = 429, description = "`too_many_streams`: this client holds `--max-streams-per-client` streams.", body = ErrorBody),

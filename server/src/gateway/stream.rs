@@ -37,8 +37,11 @@ pub(crate) struct StreamParams {
     pub snapshot: bool,
 }
 
+/// Parses the query of `/api/stream`. `since` is another name for `cursor`, for clients that
+/// resume with `?since=`: either gives the resume position, and both only with the same value.
 pub(crate) fn parse_params(query: Option<&str>) -> Result<StreamParams, AppError> {
     let mut p = StreamParams::default();
+    let mut since = None;
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match &*k {
             "session" => {
@@ -53,6 +56,7 @@ pub(crate) fn parse_params(query: Option<&str>) -> Result<StreamParams, AppError
                 }
             }
             "cursor" if !v.is_empty() => p.cursor = Some(v.into_owned()),
+            "since" if !v.is_empty() => since = Some(v.into_owned()),
             "snapshot" => p.snapshot = matches!(&*v, "1" | "true" | "yes"),
             _ => {}
         }
@@ -68,6 +72,16 @@ pub(crate) fn parse_params(query: Option<&str>) -> Result<StreamParams, AppError
             "too_many_sessions",
             format!("a stream may subscribe to at most {MAX_SESSIONS_PER_STREAM} sessions"),
         ));
+    }
+    match (&p.cursor, since) {
+        (Some(cursor), Some(since)) if *cursor != since => {
+            return Err(AppError::bad_request(
+                "invalid_cursor",
+                "cursor and since both name the resume position and differ: send one of them",
+            ))
+        }
+        (None, since @ Some(_)) => p.cursor = since,
+        _ => {}
     }
     Ok(p)
 }
@@ -109,6 +123,7 @@ pub(crate) async fn stream(
         .filter(|v| !v.is_empty())
         .map(str::to_string);
     let want_snapshot = params.snapshot && last_event_id.is_none();
+    // An automatic reconnect's Last-Event-ID is newer than the URL's `cursor` (or `since`).
     let resume = last_event_id.or(params.cursor);
     let metrics = state.journal.metrics();
     let Some(guard) = ConnectionGuard::try_new(metrics.clone(), state.limits.max_streams) else {
@@ -220,5 +235,35 @@ mod tests {
             .map(|i| format!("session=s{i}"))
             .collect();
         assert!(parse_params(Some(&many.join("&"))).is_err());
+    }
+
+    #[test]
+    fn since_is_cursor_by_another_name() {
+        let cursor = |q: &str| parse_params(Some(q)).map(|p| p.cursor);
+        assert_eq!(cursor("session=a&since=x-1").ok(), Some(Some("x-1".into())));
+        assert_eq!(
+            cursor("session=a&since=x-1&cursor=x-1").ok(),
+            Some(Some("x-1".into()))
+        );
+        // Empty means absent, for either name.
+        assert_eq!(cursor("session=a&since=").ok(), Some(None));
+        assert_eq!(
+            cursor("session=a&since=&cursor=x-1").ok(),
+            Some(Some("x-1".into()))
+        );
+        assert_eq!(
+            cursor("session=a&since=x-1&cursor=").ok(),
+            Some(Some("x-1".into()))
+        );
+        // Not checked as a cursor here: an unparsable one gets the stream's resync, as `cursor`.
+        assert_eq!(
+            cursor("session=a&since=garbage").ok(),
+            Some(Some("garbage".into()))
+        );
+        let err = parse_params(Some("session=a&cursor=x-1&since=x-2")).err();
+        assert_eq!(
+            err.map(|e| (e.status, e.code)),
+            Some((StatusCode::BAD_REQUEST, "invalid_cursor"))
+        );
     }
 }
