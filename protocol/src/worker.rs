@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::Usage;
 use crate::input::{InputRequest, RawJson};
 use crate::message::Message;
 use crate::turn::{ToolCall, TurnState};
@@ -137,6 +138,10 @@ pub struct HeartbeatRequest {
 pub struct CompleteRequest {
     pub lease: String,
     pub seq: i64,
+    /// The tokens the model reported for the turn (v1.3), shown as the turn's `usage`; absent
+    /// when the worker does not know them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 /// `POST /api/worker/turns/{turn}/fail`.
@@ -146,6 +151,9 @@ pub struct FailRequest {
     pub lease: String,
     pub seq: i64,
     pub error: WorkerError,
+    /// As on `complete` (v1.3): the tokens a failed turn used before it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

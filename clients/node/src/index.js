@@ -330,18 +330,23 @@ export class TurnHandle {
     }
   }
 
-  /** Sends what is pending, then completes the turn. */
+  /** Sends what is pending, then completes the turn (with `turn.usage`, when set, as its usage). */
   async complete() {
     await this.flush();
-    const ack = await this.send("/complete", (seq) => ({ seq }));
+    const ack = await this.send("/complete", (seq) => ({ seq, ...this.usageField() }));
     this.close();
     return ack;
+  }
+
+  /** `{usage}` for an end request when the handler set `turn.usage` (token counts, v1.3). */
+  usageField() {
+    return this.usage ? { usage: this.usage } : {};
   }
 
   /** Sends what is pending, then fails the turn with `message`. */
   async fail(message) {
     await this.flush().catch(() => {});
-    const ack = await this.send("/fail", (seq) => ({ seq, error: { message: String(message || "the worker failed") } }));
+    const ack = await this.send("/fail", (seq) => ({ seq, error: { message: String(message || "the worker failed") }, ...this.usageField() }));
     this.close();
     return ack;
   }

@@ -147,6 +147,9 @@ for (const m of MAJORS) {
         { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
         { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 },
       ]);
+      // The usage reaches the server with the turn's end: its status says it.
+      const { body: status } = await server.api("GET", `/turns/${turnId}`);
+      assert.deepEqual(status.usage, { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 });
       const prompt = model.doStreamCalls[1].prompt;
       assert.deepEqual(prompt.slice(0, 3).map((p) => [p.role, p.content.map?.((c) => c.text) ?? p.content]), [
         ["system", "Be brief."],

@@ -357,6 +357,7 @@ async fn complete(
         seq: req.seq,
         state: TurnState::Completed,
         error: None,
+        usage: req.usage,
     };
     act(&state, &dispatch, &turn, &req.lease, op).await
 }
@@ -379,6 +380,7 @@ async fn fail(
         seq: req.seq,
         state: TurnState::Failed,
         error: Some(req.error.message),
+        usage: req.usage,
     };
     act(&state, &dispatch, &turn, &req.lease, op).await
 }

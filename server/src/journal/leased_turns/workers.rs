@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use turnstream_protocol::worker::{Continuation, NO_SEQ};
-use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState};
+use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState, Usage};
 
 use super::start_leased;
 use crate::error::{Error, Result};
@@ -66,6 +66,8 @@ pub enum WorkerOp {
         seq: i64,
         state: TurnState,
         error: Option<String>,
+        /// The tokens the worker's model reported, kept on the turn with its end.
+        usage: Option<Usage>,
     },
 }
 
@@ -347,7 +349,14 @@ impl Journal {
                         seq,
                         state: end,
                         error,
+                        usage,
                     } => {
+                        if let Some(usage) = usage {
+                            ctx.conn.execute(
+                                "UPDATE turns SET usage = ?2 WHERE turn_id = ?1",
+                                params![&row.turn.turn_id, &serde_json::to_string(&usage)?],
+                            )?;
+                        }
                         end_leased(ctx, &row.turn, end, error)?;
                         acked = seq;
                         state = end;

@@ -52,6 +52,7 @@ async fn workers_claim_each_sessions_turns_one_at_a_time_in_order() -> TestResul
                 seq: NO_SEQ + 1,
                 state: TurnState::Completed,
                 error: None,
+                usage: None,
             },
         )
         .await?;
@@ -155,6 +156,7 @@ async fn workers_shutdown_wakes_claims_and_leaves_leased_turns_to_their_workers(
                 seq: 0,
                 state: TurnState::Completed,
                 error: None,
+                usage: None,
             },
         )
         .await?;
