@@ -1,8 +1,11 @@
 //! What the journal hands what committed to. The journal knows neither SSE nor subscribers: after
 //! each commit (SQLite) or each read of its tail (PostgreSQL), it hands the committed events, in
-//! id order, to a [`FanOut`]; and it tells it when retention made positions unavailable.
+//! id order, to a [`FanOut`]; and it tells it when retention made positions unavailable. Whoever
+//! missed some reads them back with [`Journal::events_after`].
 
-use super::sql::EventRow;
+use super::sql::{EventRow, Param};
+use super::Journal;
+use crate::error::Result;
 
 /// One committed journal event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,5 +64,28 @@ pub trait FanOut: Send + Sync {
     /// deleted it a moment ago.
     fn retention_heard(&self, heard: bool) {
         let _ = heard;
+    }
+}
+
+impl Journal {
+    /// Every session's committed events with an id greater than `after`, in id order, at most
+    /// `limit` of them: what a consumer of the fan-out reads back when it missed some (an
+    /// embedder's listener that fell behind). Events retention deleted meanwhile are not there.
+    pub async fn events_after(&self, after: i64, limit: usize) -> Result<Vec<Committed>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn, _| {
+            let mut events = Vec::new();
+            conn.for_each_event(
+                "SELECT id, session_id, turn_id, ts, kind, data FROM events
+                 WHERE id > ? ORDER BY id LIMIT ?",
+                &[Param::Int(after), Param::Int(limit)],
+                &mut |e| {
+                    events.push(Committed::from(e));
+                    Ok(())
+                },
+            )?;
+            Ok(events)
+        })
+        .await
     }
 }

@@ -11,7 +11,8 @@
 //!    lagged, and that stream goes back to the journal from the last id it sent.
 //!
 //! The journal knows nothing of this folder; the gateway reads it (subscriptions, the tail, the
-//! framing of what it sends itself).
+//! framing of what it sends itself). An embedder's listeners ([`crate::listeners`]) are handed
+//! the same commits, after the live feed.
 
 pub mod encode;
 pub mod frame;
@@ -34,10 +35,10 @@ impl LiveFeed {
     pub fn new(hub: Arc<Hub>) -> Arc<LiveFeed> {
         Arc::new(LiveFeed { hub })
     }
-}
 
-impl FanOut for LiveFeed {
-    fn committed(&self, epoch: &str, events: Vec<Committed>) {
+    /// Encodes and publishes `events` (of journal `epoch`, committed, in id order), borrowing
+    /// them: a fan-out that hands the same commit on to others too calls this.
+    pub fn publish(&self, epoch: &str, events: &[Committed]) {
         let frames: Vec<Arc<Frame>> = events
             .iter()
             .map(|e| {
@@ -49,6 +50,12 @@ impl FanOut for LiveFeed {
             })
             .collect();
         self.hub.publish(&frames);
+    }
+}
+
+impl FanOut for LiveFeed {
+    fn committed(&self, epoch: &str, events: Vec<Committed>) {
+        self.publish(epoch, &events);
     }
 
     fn floor_raised(&self, session_id: &str, floor: i64) {
