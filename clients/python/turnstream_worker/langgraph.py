@@ -54,6 +54,8 @@ class LangGraphTurn:
         while step is not None:
             if not await self._until_cancelled(self._stream(step)):
                 return
+            # A tool cut off by another's interrupt sends no end: none runs on past its stream.
+            self.tools.clear()
             step = None
             if self._checkpointed():
                 interrupts = (await self.graph.aget_state(self.config)).interrupts
