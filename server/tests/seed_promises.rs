@@ -226,9 +226,20 @@ async fn an_event_outside_a_turn_expires_after_retention() -> TestResult {
 /// if any, is cleared: recovery at start looks at the turns no lease holds (a leased turn ends
 /// when its lease runs out instead).
 fn turns_row_behind(s: &TestServer, turn: &str) -> TestResult {
-    let undo =
+    turns_row_behind_with(
+        s,
+        turn,
+        "lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL",
+    )
+}
+
+/// As [`turns_row_behind`], the row left holding `lease`: the columns of a lease, as a turn run
+/// under one (a worker's, or a server's on a shared journal) leaves them.
+fn turns_row_behind_with(s: &TestServer, turn: &str, lease: &str) -> TestResult {
+    let undo = format!(
         "UPDATE turns SET state = 'running', ended_at = NULL, ended_seq = NULL, error = NULL,
-                message_id = NULL, lease_token = NULL, lease_owner = NULL, lease_expires_at = NULL";
+                message_id = NULL, {lease}"
+    );
     match s.database_url() {
         Some(url) => {
             if !turn.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -302,6 +313,54 @@ async fn recovery_only_repairs_a_turn_whose_end_is_journaled() -> TestResult {
     let all = replay_session(&s, "rp").await?;
     assert_eq!(endings(&all, &sent.turn_id).len(), 1);
     assert_eq!(endings(&all, &next.turn_id).len(), 1);
+    Ok(())
+}
+
+/// The same row behind its journal, still holding a lease that ran out (as a leased turn leaves
+/// it): the lease's end repairs the row from its `turn_ended` instead of ending the turn again
+/// (which wrote a second reply and failed its commit on every sweep).
+#[tokio::test]
+async fn a_leased_turn_whose_end_is_journaled_is_repaired_not_ended_again() -> TestResult {
+    let mut s = TestServer::start(&[])?;
+    let sent = s.send("rl", "/echo ended under a lease").await?;
+    let ended = s.wait_turn_end(&sent.turn_id).await?;
+    let (history, head) = s.history("rl").await?;
+
+    s.kill9()?;
+    turns_row_behind_with(
+        &s,
+        &sent.turn_id,
+        "lease_token = 'lse_gone', lease_owner = 'gone', lease_expires_at = 1",
+    )?;
+    s.restart(None)?;
+
+    // The lease ran out long ago: the restarted server (or, on a shared journal, its sweep)
+    // settles the turn; it must come back as it ended, not interrupted and not twice.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let info = s.turn(&sent.turn_id).await?;
+        if info.state.is_terminal() {
+            assert_eq!(info, ended, "the turn as it was before");
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("the turn stayed {:?}", info.state).into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (history_after, head_after) = s.history("rl").await?;
+    assert_eq!(head_after, head, "the lease's end journaled something");
+    assert_eq!(history_after.messages, history.messages);
+    let next = s.send("rl", "/echo next").await?;
+    let info = s.wait_turn_end(&next.turn_id).await?;
+    assert_eq!(
+        (info.state, info.text.as_str()),
+        (TurnState::Completed, "next")
+    );
+    assert_eq!(
+        endings(&replay_session(&s, "rl").await?, &sent.turn_id).len(),
+        1
+    );
     Ok(())
 }
 

@@ -227,47 +227,74 @@ impl Journal {
     /// its `turn_ended` is already journaled, in which case only the projection is repaired.
     /// Returns how many turns were interrupted and how many repaired.
     pub async fn recover_after_crash(&self) -> Result<(usize, usize)> {
-        let (interrupted, repaired) = self.write(|ctx| {
-            let running = ctx.conn.query_texts(
-                "SELECT turn_id FROM turns WHERE state = 'running' AND lease_token IS NULL",
-                &[],
-            )?;
-            let (mut interrupted, mut repaired) = (0, 0);
-            for turn_id in running {
-                let ended = ctx.conn.query_row(
-                    "SELECT id, ts, data FROM events WHERE turn_id = ?1 AND kind = 'turn_ended' ORDER BY id LIMIT 1",
-                    params![&turn_id],
+        let (interrupted, repaired) = self
+            .write(|ctx| {
+                let running = ctx.conn.query_texts(
+                    "SELECT turn_id FROM turns WHERE state = 'running' AND lease_token IS NULL",
+                    &[],
                 )?;
-                if let Some(row) = ended {
-                    let (seq, ts, data) = (row.int(0)?, row.int(1)?, row.text(2)?);
-                    let (state, message, error) = match serde_json::from_str::<EventBody>(&data)? {
-                        EventBody::TurnEnded { state, message, error } => (state, message, error),
-                        _ => return Err(Error::Corrupt("turn_ended row of another kind".into())),
-                    };
-                    let message_id = message.map(|m| m.message_id);
-                    ctx.conn.execute(
-                        "UPDATE turns SET state = ?2, ended_at = ?3, ended_seq = ?4, error = ?5, message_id = ?6 WHERE turn_id = ?1",
-                        params![&turn_id, state.as_str(), ts, seq, &error, &message_id],
-                    )?;
-                    repaired += 1;
-                } else {
-                    let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else { continue };
-                    if super::requests::requeue_untouched(ctx, &turn.turn_id, turn.resumes)? {
-                        continue;
+                let (mut interrupted, mut repaired) = (0, 0);
+                for turn_id in running {
+                    if repair_from_journaled_end(ctx, &turn_id)? {
+                        repaired += 1;
+                    } else {
+                        let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
+                            continue;
+                        };
+                        if super::requests::requeue_untouched(ctx, &turn.turn_id, turn.resumes)? {
+                            continue;
+                        }
+                        let progress = fold_turn(ctx.conn, &turn, i64::MAX)?;
+                        end_turn_in(
+                            ctx,
+                            &turn_id,
+                            TurnState::Interrupted,
+                            progress.text,
+                            None,
+                            &[TurnState::Running],
+                            Vec::new(),
+                        )?;
+                        interrupted += 1;
                     }
-                    let progress = fold_turn(ctx.conn, &turn, i64::MAX)?;
-                    end_turn_in(ctx, &turn_id, TurnState::Interrupted, progress.text, None, &[TurnState::Running], Vec::new())?;
-                    interrupted += 1;
                 }
-            }
-            Ok((interrupted, repaired))
-        })
-        .await?;
+                Ok((interrupted, repaired))
+            })
+            .await?;
         self.metrics()
             .turns_ended
             .fetch_add(interrupted as u64, Ordering::Relaxed);
         Ok((interrupted, repaired))
     }
+}
+
+/// A turn left `running` whose `turn_ended` is journaled already (its row is behind its journal:
+/// a journal written by an earlier version, or a write that failed between the two): the row
+/// takes the state, end and message of that event, and nothing is journaled. Whether it was
+/// such a turn. Recovery runs it for every turn left running, and the lease sweep before it
+/// ends a turn whose lease ran out, so such a turn never ends twice.
+pub(crate) fn repair_from_journaled_end(ctx: &mut WriteCtx<'_>, turn_id: &str) -> Result<bool> {
+    let ended = ctx.conn.query_row(
+        "SELECT id, ts, data FROM events WHERE turn_id = ?1 AND kind = 'turn_ended' ORDER BY id LIMIT 1",
+        params![turn_id],
+    )?;
+    let Some(row) = ended else {
+        return Ok(false);
+    };
+    let (seq, ts, data) = (row.int(0)?, row.int(1)?, row.text(2)?);
+    let (state, message, error) = match serde_json::from_str::<EventBody>(&data)? {
+        EventBody::TurnEnded {
+            state,
+            message,
+            error,
+        } => (state, message, error),
+        _ => return Err(Error::Corrupt("turn_ended row of another kind".into())),
+    };
+    let message_id = message.map(|m| m.message_id);
+    ctx.conn.execute(
+        "UPDATE turns SET state = ?2, ended_at = ?3, ended_seq = ?4, error = ?5, message_id = ?6 WHERE turn_id = ?1",
+        params![turn_id, state.as_str(), ts, seq, &error, &message_id],
+    )?;
+    Ok(true)
 }
 
 /// Moves a queued turn to running and journals `turn_started` (not again for a continuation:

@@ -433,6 +433,10 @@ impl Journal {
                 )?;
                 let mut ended = 0;
                 for id in ids {
+                    // A turn whose end is journaled already is only behind in its row.
+                    if crate::journal::lifecycle::repair_from_journaled_end(ctx, &id)? {
+                        continue;
+                    }
                     if let Some(turn) = turn_by_id(ctx.conn, &id)? {
                         if end_leased(ctx, &turn, TurnState::Interrupted, None)?.is_some() {
                             ended += 1;
