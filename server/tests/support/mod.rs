@@ -106,7 +106,12 @@ impl TestServer {
             (None, Some(admin)) => Some(pg::TestDatabase::create(&admin)?),
             _ => None,
         };
-        let mut http = reqwest::Client::builder().timeout(DEADLINE);
+        // Idle connections are dropped well before the server's header deadline (10 s), which
+        // closes a kept-alive connection waiting for its next request: a request sent on one
+        // just as the server closes it fails with an incomplete message.
+        let mut http = reqwest::Client::builder()
+            .timeout(DEADLINE)
+            .pool_idle_timeout(Duration::from_secs(5));
         let proxy = if n > 1 {
             // No idle connection is kept, so each request opens one and the proxy sends it to
             // the next node.
