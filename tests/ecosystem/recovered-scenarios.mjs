@@ -76,7 +76,14 @@ const buttonText = (page) => page.locator("form button").textContent();
 
 scenario("ai7: the docs' recovered useChat snippet: onFinish's hook fires once for a live reply; one that completed while the page was closed comes back with metadata.recovered and fires nothing",
   ["--demo-delay-ms", "20"], async ({ context, server, session }) => {
-    const page = await open(context, chatUrl(server, session));
+    const page = await context.newPage();
+    page.on("pageerror", (e) => console.error(`  [page error] ${e.message}`));
+    // useChat's resume on mount asks the transport, which waits for the stream to be live; a
+    // send racing that resume was seen to end without onFinish under load. Send once the
+    // page's stream is open, as a person would.
+    const live = page.waitForResponse((r) => r.url().includes("/api/stream?"), { timeout: 30_000 });
+    await page.goto(chatUrl(server, session));
+    await live;
     await sendText(page, "/deltas 20");
     await until("onFinish's hook for the live reply", async () => (await hooked(page)).length === 1);
     await until("the reply shown whole", async () => (await reply(page, 0))?.[1] === deltasText(20));
