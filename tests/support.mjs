@@ -33,10 +33,12 @@ export class Server {
     this.flags = flags;
     this.dir = mkdtempSync(join(tmpdir(), "turnstream-e2e-"));
     this.port = 0;
+    /** The folder served with `--www` (a suite may serve a copy it changes). */
+    this.www = WWW;
   }
   async start() {
     const listen = `127.0.0.1:${this.port}`;
-    this.proc = spawn(BIN, ["serve", "--listen", listen, "--db", join(this.dir, "ts.db"), "--www", WWW, ...this.flags], {
+    this.proc = spawn(BIN, ["serve", "--listen", listen, "--db", join(this.dir, "ts.db"), "--www", this.www, ...this.flags], {
       stdio: ["ignore", "pipe", "inherit"],
       env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
     });

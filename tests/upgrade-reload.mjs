@@ -5,11 +5,9 @@
 // a tenth of their age (a day here): its reload then asks again for the page itself but runs
 // the old app.js and SDK from its cache, and a new tab runs the old page, app.js and SDK.
 // The last line printed is "N passed, N failed".
-import { spawn } from "node:child_process";
 import { cpSync, readFileSync, readdirSync, renameSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { BIN, WWW, Server, until, assertEq, openPage, timeout, runScenarios } from "./support.mjs";
+import { WWW, Server, until, assertEq, openPage, runScenarios } from "./support.mjs";
 
 /** The real server on a copy of www/ that the scenario may change (www/ itself stays as it is). */
 class CopiedWwwServer extends Server {
@@ -19,23 +17,6 @@ class CopiedWwwServer extends Server {
     cpSync(WWW, this.www, { recursive: true });
     const tenDaysAgo = new Date(Date.now() - 10 * 24 * 3600 * 1000);
     for (const file of files(this.www)) utimesSync(file, tenDaysAgo, tenDaysAgo);
-  }
-  // Server.start with `--www` on the copy.
-  async start() {
-    this.proc = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--db", join(this.dir, "ts.db"), "--www", this.www, ...this.flags], {
-      stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
-    });
-    const exited = new Promise((_, reject) => this.proc.once("exit", (c) => reject(new Error(`server exited (${c}) before listening`))));
-    const line = await Promise.race([
-      new Promise((resolve) => createInterface({ input: this.proc.stdout }).once("line", resolve)),
-      exited,
-      timeout(10_000, "server start"),
-    ]);
-    const m = /listening on (http:\/\/\S+)/.exec(line);
-    if (!m) throw new Error(`unexpected server output: ${line}`);
-    this.url = m[1];
-    return this;
   }
   /** Replaces a file of the copy as a deployment does: the new bytes written aside, renamed in. */
   upgrade(path, change) {
