@@ -91,28 +91,6 @@ fn epoch_and_seq(cursor: &str) -> TestResult<(String, i64)> {
     Ok((epoch.to_string(), n.parse()?))
 }
 
-/// The whole journal of `session` from the start up to the head, read through `api` (the
-/// database holds only this session).
-async fn replay(api: &Api, session: &str) -> TestResult<Vec<Event>> {
-    let (_, cursor) = api.history(session).await?;
-    let (epoch, head) = epoch_and_seq(&cursor)?;
-    let mut out = Vec::new();
-    if head == 0 {
-        return Ok(out);
-    }
-    let mut st = api
-        .stream(&format!("session={session}&cursor={epoch}-0"), None)
-        .await?;
-    loop {
-        let e = st.next_event().await?;
-        let done = seq(&e) >= head;
-        out.push(e);
-        if done {
-            return Ok(out);
-        }
-    }
-}
-
 /// The `turn_ended` states of `turn` in `events`.
 fn endings(events: &[Event], turn: &str) -> Vec<TurnState> {
     events
@@ -483,7 +461,7 @@ async fn kill9_of_the_node_running_a_turn_ends_it_interrupted_once() -> TestResu
     assert_eq!(t2_end.state, TurnState::Completed);
     assert_eq!(t2_end.text, "after the crash");
 
-    let journal = replay(&a, session).await?;
+    let journal = a.replay_session(session).await?;
     assert_eq!(endings(&journal, &t1.turn_id), vec![TurnState::Interrupted]);
     assert_eq!(endings(&journal, &t2.turn_id), vec![TurnState::Completed]);
     assert_eq!(count_kind(&journal, &t2.turn_id, "turn_started"), 1);
@@ -534,7 +512,7 @@ async fn a_stream_on_one_node_sees_the_others_events_in_order_with_no_gap() -> T
     }
     let last = turns.last().ok_or("no turn")?.clone();
     s.node(1).wait_turn_end(&last).await?;
-    let journal = replay(&s.node(2), session).await?;
+    let journal = s.node(2).replay_session(session).await?;
     for (k, turn) in turns.iter().enumerate() {
         assert_eq!(endings(&journal, turn), vec![TurnState::Completed]);
         assert_eq!(reply_text(&journal, turn), deltas_text(10 + k));
@@ -585,7 +563,7 @@ async fn last_event_id_resume_moves_across_nodes() -> TestResult {
     let unique: HashSet<&str> = ids.iter().copied().collect();
     assert_eq!(unique.len(), ids.len(), "no duplicate");
     assert_eq!(reply_text(&seen, &sent.turn_id), deltas_text(300));
-    let journal = replay(&s.node(2), session).await?;
+    let journal = s.node(2).replay_session(session).await?;
     let journal_ids: Vec<&str> = journal.iter().map(|e| e.id.as_str()).collect();
     assert_eq!(ids, journal_ids, "exactly the journal, in order, no gap");
     assert_matches_journal(&seen, &journal, "resumed across nodes")?;
@@ -686,7 +664,7 @@ async fn a_postgres_restart_mid_turn_loses_no_acknowledged_message() -> TestResu
             assert_eq!(t.text, format!("message {cmid}"));
         }
     }
-    let journal = replay(&s.node(1), session).await?;
+    let journal = s.node(1).replay_session(session).await?;
     assert_eq!(
         endings(&journal, &long.turn_id).len(),
         1,

@@ -16,24 +16,11 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use support::*;
-use turnstream_protocol::cursor::sequence_of;
 use turnstream_protocol::{Event, EventBody, Message, MessageStatus, Role, TurnState};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-/// The epoch part of a cursor.
-fn epoch_of(cursor: &str) -> TestResult<String> {
-    let (epoch, _) = cursor
-        .rsplit_once('-')
-        .ok_or_else(|| format!("cursor {cursor:?} has no epoch"))?;
-    Ok(epoch.to_string())
-}
-
-fn cursor_seq(cursor: &str) -> TestResult<i64> {
-    sequence_of(cursor).ok_or_else(|| format!("cursor {cursor:?} does not parse").into())
-}
 
 /// The `turn_ended` events of `turn`: (state, message, error).
 fn turn_endings(events: &[Event], turn: &str) -> Vec<(TurnState, Option<Message>, Option<String>)> {
@@ -94,29 +81,6 @@ fn assert_strictly_increasing(events: &[Event]) {
             w[0].id,
             w[1].id
         );
-    }
-}
-
-/// Replays the whole journal of `session` from `<epoch>-0` up to the head (the head must be an
-/// event of this session: use it on single-session servers).
-async fn replay_session(s: &TestServer, session: &str) -> TestResult<Vec<Event>> {
-    let (_, cursor) = s.history(session).await?;
-    let head = cursor_seq(&cursor)?;
-    let epoch = epoch_of(&cursor)?;
-    let mut out = Vec::new();
-    if head == 0 {
-        return Ok(out);
-    }
-    let mut st = s
-        .stream(&format!("session={session}&cursor={epoch}-0"), None)
-        .await?;
-    loop {
-        let e = st.next_event().await?;
-        let done = seq(&e) >= head;
-        out.push(e);
-        if done {
-            return Ok(out);
-        }
     }
 }
 
@@ -244,7 +208,7 @@ async fn kill9_mid_turn_interrupts_it_once_and_runs_the_queued_turn() -> TestRes
     assert_eq!(info2.state, TurnState::Completed, "{info2:?}");
     assert_eq!(info2.text, "after");
 
-    let events = replay_session(&s, "A").await?;
+    let events = s.replay_session("A").await?;
     assert_strictly_increasing(&events);
     assert!(
         events.starts_with(&seen),
@@ -303,7 +267,7 @@ async fn recovery_twice_is_idempotent() -> TestResult {
     assert_eq!(s.turn(&t1).await?.state, TurnState::Interrupted);
     assert_eq!(s.wait_turn_end(&t2).await?.state, TurnState::Completed);
     let (h1, c1) = s.history("A").await?;
-    let ev1 = replay_session(&s, "A").await?;
+    let ev1 = s.replay_session("A").await?;
     assert_eq!(turn_endings(&ev1, &t1).len(), 1);
 
     s.kill9()?;
@@ -317,7 +281,7 @@ async fn recovery_twice_is_idempotent() -> TestResult {
         h2.messages, h1.messages,
         "history changed on the second recovery"
     );
-    let ev2 = replay_session(&s, "A").await?;
+    let ev2 = s.replay_session("A").await?;
     assert_eq!(turn_endings(&ev2, &t1).len(), 1);
     assert_eq!(ev2, ev1);
     Ok(())
@@ -373,7 +337,7 @@ async fn graceful_shutdown_lets_a_short_turn_finish() -> TestResult {
     let a = assistant_messages(&history.messages, &t);
     assert_eq!(a.len(), 1);
     assert_eq!(*a[0], message);
-    let all = replay_session(&s, "G").await?;
+    let all = s.replay_session("G").await?;
     assert_eq!(turn_endings(&all, &t).len(), 1);
     Ok(())
 }
@@ -405,7 +369,7 @@ async fn graceful_shutdown_interrupts_a_long_turn_after_the_grace() -> TestResul
     assert_eq!(info2.state, TurnState::Completed, "{info2:?}");
     assert_eq!(info2.text, "later");
 
-    let events = replay_session(&s, "L").await?;
+    let events = s.replay_session("L").await?;
     assert_strictly_increasing(&events);
     let (state, message, _) = single_ending(&events, &t1)?;
     assert_eq!(state, TurnState::Interrupted);

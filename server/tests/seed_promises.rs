@@ -13,19 +13,6 @@ use turnstream_protocol::{
     ActiveTurn, Event, EventBody, MessageStatus, RequestKind, Snapshot, TurnInfo, TurnState,
 };
 
-/// The epoch part of a cursor (`<epoch>-<sequence>`).
-fn epoch_of(cursor: &str) -> TestResult<String> {
-    let (epoch, _) = cursor
-        .rsplit_once('-')
-        .ok_or_else(|| format!("cursor {cursor:?} has no epoch"))?;
-    Ok(epoch.to_string())
-}
-
-fn cursor_seq(cursor: &str) -> TestResult<i64> {
-    turnstream_protocol::cursor::sequence_of(cursor)
-        .ok_or_else(|| format!("cursor {cursor:?} does not parse").into())
-}
-
 fn now_ms() -> TestResult<i64> {
     Ok(i64::try_from(
         SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis(),
@@ -39,28 +26,6 @@ fn endings<'a>(events: &'a [Event], turn: &str) -> Vec<&'a Event> {
         .filter(|e| e.turn_id.as_deref() == Some(turn))
         .filter(|e| matches!(e.body, EventBody::TurnEnded { .. }))
         .collect()
-}
-
-/// Every event of `session` from the start up to the head (the head must be one of its events).
-async fn replay_session(s: &TestServer, session: &str) -> TestResult<Vec<Event>> {
-    let (_, cursor) = s.history(session).await?;
-    let head = cursor_seq(&cursor)?;
-    let mut out = Vec::new();
-    if head == 0 {
-        return Ok(out);
-    }
-    let from = format!("{}-0", epoch_of(&cursor)?);
-    let mut st = s
-        .stream(&format!("session={session}&cursor={from}"), None)
-        .await?;
-    loop {
-        let e = st.next_event().await?;
-        let done = seq(&e) >= head;
-        out.push(e);
-        if done {
-            return Ok(out);
-        }
-    }
 }
 
 /// The first frame of a stream from `cursor`: `Ok(None)` when it is an event (the position is
@@ -272,7 +237,7 @@ async fn recovery_only_repairs_a_turn_whose_end_is_journaled() -> TestResult {
     let ended = s.wait_turn_end(&sent.turn_id).await?;
     assert_eq!(ended.state, TurnState::Completed);
     let (history, head) = s.history("rp").await?;
-    let journal = replay_session(&s, "rp").await?;
+    let journal = s.replay_session("rp").await?;
     let end = endings(&journal, &sent.turn_id);
     assert_eq!(end.len(), 1);
     let before_end = format!("{}-{}", epoch_of(&head)?, seq(end[0]) - 1);
@@ -291,7 +256,7 @@ async fn recovery_only_repairs_a_turn_whose_end_is_journaled() -> TestResult {
     let (history_after, head_after) = s.history("rp").await?;
     assert_eq!(head_after, head, "recovery journaled something");
     assert_eq!(history_after.messages, history.messages);
-    let journal_after = replay_session(&s, "rp").await?;
+    let journal_after = s.replay_session("rp").await?;
     assert_eq!(endings(&journal_after, &sent.turn_id).len(), 1);
     assert_eq!(journal_after, journal);
     // The repaired row ends the turn where its event does: active just before it, not at the head.
@@ -310,7 +275,7 @@ async fn recovery_only_repairs_a_turn_whose_end_is_journaled() -> TestResult {
         (info.state, info.text.as_str()),
         (TurnState::Completed, "next")
     );
-    let all = replay_session(&s, "rp").await?;
+    let all = s.replay_session("rp").await?;
     assert_eq!(endings(&all, &sent.turn_id).len(), 1);
     assert_eq!(endings(&all, &next.turn_id).len(), 1);
     Ok(())
@@ -358,7 +323,7 @@ async fn a_leased_turn_whose_end_is_journaled_is_repaired_not_ended_again() -> T
         (TurnState::Completed, "next")
     );
     assert_eq!(
-        endings(&replay_session(&s, "rl").await?, &sent.turn_id).len(),
+        endings(&s.replay_session("rl").await?, &sent.turn_id).len(),
         1
     );
     Ok(())
@@ -378,7 +343,7 @@ async fn clearing_a_session_keeps_a_turn_that_waits_for_input() -> TestResult {
     let first = s.send("cw", "/echo one").await?;
     s.wait_turn_end(&first.turn_id).await?;
     let switched = switch_branch(&s, "cw", &first.message_id).await?;
-    let finished = replay_session(&s, "cw").await?;
+    let finished = s.replay_session("cw").await?;
     assert_eq!(
         finished.last().map(|e| e.id.as_str()),
         Some(switched.as_str())

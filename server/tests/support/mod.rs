@@ -706,6 +706,45 @@ pub fn reply_text(events: &[Event], turn: &str) -> String {
         .collect()
 }
 
+/// The epoch part of a cursor (`<epoch>-<sequence>`).
+pub fn epoch_of(cursor: &str) -> TestResult<String> {
+    let (epoch, _) = cursor
+        .rsplit_once('-')
+        .ok_or_else(|| format!("cursor {cursor:?} has no epoch"))?;
+    Ok(epoch.to_string())
+}
+
+/// The sequence part of a cursor.
+pub fn cursor_seq(cursor: &str) -> TestResult<i64> {
+    turnstream_protocol::cursor::sequence_of(cursor)
+        .ok_or_else(|| format!("cursor {cursor:?} does not parse").into())
+}
+
+impl Api {
+    /// Every event of `session` from `<epoch>-0` up to the head, read through this API (the head
+    /// must be an event of this session: use it where the journal holds only this session's).
+    pub async fn replay_session(&self, session: &str) -> TestResult<Vec<Event>> {
+        let (_, cursor) = self.history(session).await?;
+        let head = cursor_seq(&cursor)?;
+        let mut out = Vec::new();
+        if head == 0 {
+            return Ok(out);
+        }
+        let epoch = epoch_of(&cursor)?;
+        let mut st = self
+            .stream(&format!("session={session}&cursor={epoch}-0"), None)
+            .await?;
+        loop {
+            let e = st.next_event().await?;
+            let done = seq(&e) >= head;
+            out.push(e);
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+}
+
 pub fn seq(e: &Event) -> i64 {
     turnstream_protocol::cursor::sequence_of(&e.id).unwrap_or(-1)
 }
