@@ -216,6 +216,20 @@ impl TestServer {
         let running: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].child.is_some())
             .collect();
+        self.terminate_nodes(running)
+    }
+
+    /// SIGTERM of node `i` only, then wait for it to exit (graceful shutdown); the proxy sends
+    /// no new connection to it.
+    pub fn terminate_node(&mut self, i: usize) -> TestResult<std::process::ExitStatus> {
+        self.terminate_nodes(vec![i])
+    }
+
+    fn terminate_nodes(&mut self, running: Vec<usize>) -> TestResult<std::process::ExitStatus> {
+        let running: Vec<usize> = running
+            .into_iter()
+            .filter(|i| self.node_running(*i))
+            .collect();
         if running.is_empty() {
             return Err("not running".into());
         }
