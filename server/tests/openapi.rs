@@ -126,7 +126,7 @@ async fn the_served_description_matches_the_protocol_doc() -> TestResult {
         assert!(schemas.contains_key(name), "{r} is not defined");
     }
 
-    // The stream's frames: a oneOf of the journaled event and the three control frames...
+    // The stream's frames: a oneOf of the journaled event, the three control frames and presence...
     let stream = &doc["paths"]["/api/stream"]["get"]["responses"]["200"]["content"];
     let frame_ref = stream["text/event-stream"]["schema"]["$ref"]
         .as_str()
@@ -139,7 +139,16 @@ async fn the_served_description_matches_the_protocol_doc() -> TestResult {
         .filter_map(|f| f["$ref"].as_str())
         .map(|r| r.trim_start_matches("#/components/schemas/"))
         .collect();
-    let expected: BTreeSet<&str> = ["Event", "Snapshot", "ResyncRequired", "TokenExpired"].into();
+    // (v1.3 adds the presence frames.)
+    let expected: BTreeSet<&str> = [
+        "Event",
+        "Snapshot",
+        "ResyncRequired",
+        "TokenExpired",
+        "Presence",
+        "PresenceDiff",
+    ]
+    .into();
     assert_eq!(frames, expected);
     // ...and the event's kinds are exactly the protocol's.
     let kinds: Vec<&str> = schemas["EventBody"]["oneOf"]

@@ -48,9 +48,13 @@ pub(crate) async fn roster(
     Ok(res)
 }
 
-#[derive(Deserialize)]
-pub(crate) struct Update {
+/// The body of `POST /api/sessions/{session}/presence`.
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(crate) struct PresenceUpdate {
+    /// The member: the `client` of an open stream of the caller in the session.
     client: String,
+    /// The member's whole new state: a JSON object of at most 1 KiB.
+    #[schema(value_type = Object)]
     state: Value,
 }
 
@@ -60,7 +64,7 @@ pub(crate) async fn update(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     SessionId(session): SessionId,
-    body: Body<Update>,
+    body: Body<PresenceUpdate>,
 ) -> Result<Response, AppError> {
     access::require(&principal, Scope::Read, &session)?;
     let body = body.read()?;

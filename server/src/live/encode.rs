@@ -1,7 +1,7 @@
 //! SSE framing, in one place: how a journal event, a snapshot, a resync, a token expiry and
-//! presence go
-//! on the wire. Live delivery (after a commit), replay (a journal read) and the replay tail all
-//! produce the same bytes for the same event, because they all come from here.
+//! presence (v1.3, never with an id) go on the wire. Live delivery (after a commit), replay (a
+//! journal read) and the replay tail all produce the same bytes for the same event, because they
+//! all come from here.
 
 use bytes::BytesMut;
 use turnstream_protocol::{
@@ -10,7 +10,6 @@ use turnstream_protocol::{
 };
 
 use crate::journal::EventRow;
-use crate::presence::roster::{Diff, RosterView};
 
 /// The event name of a session's roster (contract v1.3).
 pub const PRESENCE_EVENT: &str = "presence";
@@ -118,15 +117,15 @@ pub fn snapshot_frame(snapshot: &Snapshot) -> serde_json::Result<String> {
 
 /// The `presence` frame of a session: its roster now (no id: presence is not a journal
 /// position, and never moves `Last-Event-ID`).
-pub fn presence_frame(roster: &RosterView) -> String {
-    let json = serde_json::to_string(roster).unwrap_or_else(|_| "{}".into());
-    sse::encode(None, PRESENCE_EVENT, &json)
+/// `json` is the roster's JSON (`{"session_id", "members", "count"}`).
+pub fn presence_frame(json: &str) -> String {
+    sse::encode(None, PRESENCE_EVENT, json)
 }
 
 /// A `presence_diff` frame (no id, as [`presence_frame`]).
-pub fn presence_diff_frame(diff: &Diff) -> String {
-    let json = serde_json::to_string(diff).unwrap_or_else(|_| "{}".into());
-    sse::encode(None, PRESENCE_DIFF_EVENT, &json)
+/// `json` is the diff's JSON (`{"session_id", "joins", "leaves", "count"}`).
+pub fn presence_diff_frame(json: &str) -> String {
+    sse::encode(None, PRESENCE_DIFF_EVENT, json)
 }
 
 /// The frame that tells a client to resync, and why.

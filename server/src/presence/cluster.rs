@@ -8,56 +8,11 @@
 //! that (re)starts hearing asks the others for theirs ([`Message::Hello`]), and a member whose
 //! renewals stop (its server was killed) leaves after the TTL.
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
-
-use super::roster::Version;
+use super::message::Message;
 use crate::journal::Journal;
 
 /// Most bytes of one broadcast (PostgreSQL refuses a `NOTIFY` payload of 8000 bytes or more).
 pub const MAX_PAYLOAD_BYTES: usize = 7000;
-
-/// A member as servers tell each other of it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireMember {
-    /// Its client id (`member_id`).
-    pub c: String,
-    /// Its user (`sub`), if any.
-    pub u: Option<String>,
-    /// Its state, and that state's version.
-    pub st: Map<String, Value>,
-    pub v: Version,
-    /// When it joined (unix ms).
-    pub j: i64,
-}
-
-/// One thing a server tells the others.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "k", rename_all = "snake_case")]
-pub enum Message {
-    /// The sender holds this member (a join, or a renewal), with the state it knows.
-    Hold { s: String, m: WireMember },
-    /// This member's state changed (set on the sender, which need not hold it).
-    State { s: String, m: WireMember },
-    /// The sender no longer holds this member (its grace ended there).
-    Release {
-        s: String,
-        c: String,
-        u: Option<String>,
-    },
-    /// The sender (re)started hearing: every server answers with its holds.
-    Hello,
-    /// The sender stops: whatever it held is released at once.
-    Bye,
-}
-
-/// A batch of messages from one server, as sent.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Envelope {
-    /// The sending server.
-    pub n: u64,
-    pub m: Vec<Message>,
-}
 
 /// Encodes `messages` of server `node` as payloads of at most [`MAX_PAYLOAD_BYTES`] each, in
 /// order (a single message too large to send is left out, with a warning: a state is at most
@@ -130,6 +85,7 @@ impl Cluster for OverJournal {
 
 #[cfg(test)]
 mod tests {
+    use super::super::message::Envelope;
     use super::*;
 
     #[test]

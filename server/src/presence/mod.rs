@@ -14,6 +14,7 @@
 //!   them from its own [`Watch`] queue, apart from its inbox of journal frames.
 
 pub mod cluster;
+pub mod message;
 pub mod roster;
 pub mod watch;
 
@@ -30,13 +31,18 @@ use crate::journal::BroadcastSink;
 use crate::live::encode;
 use crate::metrics::Metrics;
 use crate::mutex::lock;
-use cluster::{Cluster, Envelope, Message};
+use cluster::Cluster;
+use message::{Envelope, Message};
 use roster::{Changes, Roster};
 pub use roster::{RosterView, Settings, Taken, UpdateError};
 pub use watch::Watch;
 
 /// How often graces, typing and other servers' TTLs are checked (how late each may end).
 pub const TICK: Duration = Duration::from_millis(100);
+
+/// How long after start a server that shares its database and hears nothing of the others
+/// says that its presence is its own.
+const UNHEARD_AFTER: Duration = Duration::from_secs(10);
 
 /// Most bytes of a member's state, as JSON.
 pub const MAX_STATE_BYTES: usize = 1024;
@@ -94,6 +100,11 @@ impl Drop for Attached {
     fn drop(&mut self) {
         self.presence.detach(self);
     }
+}
+
+/// The JSON of a roster or a diff (plain data: it always serializes).
+fn to_json(v: &impl serde::Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
 }
 
 fn now_ms() -> u64 {
@@ -164,7 +175,7 @@ impl Presence {
                     .entry(s.clone())
                     .or_default()
                     .push(watch.clone());
-                frames.push_str(&encode::presence_frame(&inner.roster.view(s)));
+                frames.push_str(&encode::presence_frame(&to_json(&inner.roster.view(s))));
             }
             self.count_members(&inner);
             drop(inner);
@@ -211,7 +222,7 @@ impl Presence {
         a.watch.reset();
         let mut frames = String::new();
         for s in &a.sessions {
-            frames.push_str(&encode::presence_frame(&inner.roster.view(s)));
+            frames.push_str(&encode::presence_frame(&to_json(&inner.roster.view(s))));
         }
         Bytes::from(frames)
     }
@@ -265,7 +276,7 @@ impl Presence {
             let Some(watchers) = inner.watchers.get(&diff.session_id) else {
                 continue;
             };
-            let frame = Bytes::from(encode::presence_diff_frame(diff));
+            let frame = Bytes::from(encode::presence_diff_frame(&to_json(diff)));
             for w in watchers {
                 w.push(frame.clone());
             }
@@ -357,7 +368,9 @@ impl BroadcastSink for Presence {
 async fn run(presence: Weak<Presence>, renew: Duration) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut renewed = Instant::now();
+    let started = Instant::now();
+    let mut renewed = started;
+    let mut told = false;
     loop {
         tick.tick().await;
         let Some(p) = presence.upgrade() else { return };
@@ -365,6 +378,16 @@ async fn run(presence: Weak<Presence>, renew: Duration) {
             return;
         }
         p.tick();
+        if !told && started.elapsed() >= UNHEARD_AFTER {
+            told = true;
+            if p.cluster.shared() && !p.hearing.load(Ordering::Acquire) {
+                tracing::warn!(
+                    "presence: this server cannot hear the other servers (no working LISTEN); \
+                     presence is per server: its streams see its own members only. Give \
+                     --database-listen-url a direct connection to share it"
+                );
+            }
+        }
         if renewed.elapsed() >= renew {
             renewed = Instant::now();
             p.renew();

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::cluster::{Message, WireMember};
+pub use super::message::Version;
+use super::message::{Message, WireMember};
 
 /// The key of a state that means "typing" (cleared by the server after [`Settings::typing_ttl`]).
 pub const TYPING_KEY: &str = "typing";
@@ -45,37 +46,49 @@ impl Default for Settings {
     }
 }
 
-/// The order of a member's states across servers: the newest wins everywhere. Unix ms, then a
-/// tiebreak of the server that set it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Version(pub u64, pub u64);
-
-/// A member as the protocol shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A member of a session's presence (contract v1.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = Member)]
 pub struct MemberView {
+    /// The `client` of its streams (one per browser: its tabs are one member).
     pub member_id: String,
+    /// The token's `sub` under auth (not forgeable), else null.
     pub user: Option<String>,
+    /// What the member set last (`POST /presence`), at most 1 KiB of JSON; `{}` at first.
+    /// `typing: true` is cleared to `false` by the server after `--typing-ttl-secs`.
+    #[schema(value_type = Object)]
     pub state: Map<String, Value>,
-    /// Unix milliseconds of the member's first stream (as `ts` of events).
+    /// When its first stream joined, unix milliseconds (as an event's `ts`).
     pub joined_at: i64,
 }
 
-/// `GET /api/sessions/{session}/presence` and the `presence` frame.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A session's roster: `GET /api/sessions/{session}/presence` and the `presence` frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = Presence)]
 pub struct RosterView {
     pub session_id: String,
+    /// The listed members, longest present first (at most `--max-presence-members`).
     pub members: Vec<MemberView>,
+    /// Every member, listed or not.
     pub count: usize,
 }
 
-/// The `presence_diff` frame (`count` is the session's count after it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Diff {
+/// The `presence_diff` frame: what changed since the roster and the diffs before it. A member
+/// is never in both lists of one diff.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PresenceDiff {
     pub session_id: String,
+    /// New members and members whose state changed, whole.
     pub joins: Vec<MemberView>,
+    /// Members gone (or no longer listed), whole.
     pub leaves: Vec<MemberView>,
+    /// The session's `count` after this diff (an addition to the fields: it changes
+    /// with members past the listing limit too, whose diffs have empty lists).
     pub count: usize,
 }
+
+/// The name the rest of the roster uses.
+pub type Diff = PresenceDiff;
 
 /// What an operation changed.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 
-use super::cluster::{Message, WireMember};
+use super::message::{Message, WireMember};
 use super::roster::{Changes, MemberView, Roster, Settings, Version};
 
 const SESSION: &str = "s";

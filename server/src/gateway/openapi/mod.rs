@@ -5,7 +5,11 @@
 //! The operations are declared here on bodiless functions rather than on the handlers, so the
 //! whole contract reads in one place and the handlers stay as they are; a test against the real
 //! binary keeps the route list in step with `docs/protocol.md`.
+//!
+//! Presence (v1.3) is described in [`presence`] and merged in.
 #![allow(dead_code)] // The functions below exist for their `#[utoipa::path]` attributes.
+
+mod presence;
 
 use std::sync::OnceLock;
 
@@ -197,6 +201,10 @@ enum StreamFrame {
     Snapshot(Snapshot),
     HistoryResyncRequired(ResyncRequired),
     TokenExpired(TokenExpired),
+    /// v1.3, `presence`: a session's roster (no `id:`), with `presence=1` or `watch`.
+    Presence(crate::presence::roster::RosterView),
+    /// v1.3, `presence_diff`: a change to it (no `id:`).
+    PresenceDiff(crate::presence::roster::PresenceDiff),
 }
 
 // The error responses several routes share, each set once.
@@ -333,6 +341,8 @@ fn history() {}
         ("since" = Option<String>, Query, description = "Another name for `cursor`, with the same rules; empty means absent. Sent with a non-empty `cursor`, it must have the same value (else `400 invalid_cursor`)."),
         ("snapshot" = Option<String>, Query, description = "`1`, `true` or `yes`: send a snapshot first (unless `Last-Event-ID` is sent)."),
         ("Last-Event-ID" = Option<String>, Header, description = "Resume position of an automatic reconnect; wins over `cursor` and `since`."),
+        ("presence" = Option<String>, Query, description = "v1.3: `1` joins every session of the stream as the member `client`; `watch` receives presence without joining. Either way, one `presence` frame per session follows `retry:` (and the snapshot), then `presence_diff` frames; none without it."),
+        ("client" = Option<String>, Query, description = "v1.3: the member's id with `presence=1`: 1-64 characters of `[A-Za-z0-9_.:-]`, one per browser."),
     ),
     responses(
         (status = 200, description = "`text/event-stream`: `retry: 1000`, then frames whose `data:` is one of these. A resume position the journal cannot serve gets one `history_resync_required` frame, then the stream closes.",
@@ -341,9 +351,10 @@ fn history() {}
                 ("Cache-Control" = String, description = "`no-cache`."),
                 ("X-Accel-Buffering" = String, description = "`no`."),
             )),
-        (status = 400, description = "`missing_session`, `invalid_session_id`, `too_many_sessions`; `invalid_cursor`: `cursor` and `since` differ.", body = ErrorBody),
+        (status = 400, description = "`missing_session`, `invalid_session_id`, `too_many_sessions`; `invalid_cursor`: `cursor` and `since` differ; v1.3: `invalid_presence`, `invalid_client_id` (also `presence=1` without `client`).", body = ErrorBody),
         TokenErrors,
         (status = 403, description = "`forbidden`: the token does not allow `read` on a session.", body = ErrorBody),
+        (status = 409, description = "v1.3 `presence_client_taken`: with `presence=1`, the `client` is another user's member of a session of the stream.", body = ErrorBody),
         (status = 429, description = "`too_many_streams`: this client holds `--max-streams-per-client` streams.", body = ErrorBody),
         InternalError,
         (status = 503, description = "`too_many_streams`: `--max-streams` streams are open.", body = ErrorBody),
@@ -529,7 +540,11 @@ fn metrics() {}
 fn document() -> Result<&'static str, AppError> {
     static DOCUMENT: OnceLock<Result<String, String>> = OnceLock::new();
     DOCUMENT
-        .get_or_init(|| ApiDoc::openapi().to_json().map_err(|e| e.to_string()))
+        .get_or_init(|| {
+            let mut doc = ApiDoc::openapi();
+            doc.merge(presence::PresenceApi::openapi());
+            doc.to_json().map_err(|e| e.to_string())
+        })
         .as_deref()
         .map_err(|e| {
             AppError::new(
