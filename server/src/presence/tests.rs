@@ -217,3 +217,57 @@ fn another_users_client_is_refused() {
         .set_state(SESSION, "a", Some("alice"), Map::new(), t, 2)
         .is_ok());
 }
+
+/// A stream that does not take its presence frames gets fresh rosters instead of the diffs it
+/// lost, and is exact again.
+#[tokio::test]
+async fn a_stream_that_lost_diffs_gets_a_fresh_roster() {
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::default());
+    let p = super::Presence::start(
+        Settings::default(),
+        std::sync::Arc::new(super::cluster::Alone),
+        metrics,
+    );
+    let sessions = vec![SESSION.to_string()];
+    let (watcher, first) = match p.attach(&sessions, super::Mode::Watch) {
+        Ok(w) => w,
+        Err(_) => panic!("a watcher is never refused"),
+    };
+    assert!(first.starts_with("event: presence\n"));
+    let mut members = Vec::new();
+    for i in 0..super::watch::PRESENCE_QUEUE + 6 {
+        let mode = super::Mode::Join {
+            client: format!("m{i}"),
+            user: None,
+        };
+        members.extend(p.attach(&sessions, mode).ok());
+    }
+    let waker = futures::task::noop_waker();
+    let fresh = watcher
+        .take(&waker)
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let fresh = fresh.unwrap_or_default();
+    // One roster, not diffs, and it lists them all.
+    assert!(fresh.starts_with("event: presence\n"), "{fresh}");
+    assert_eq!(fresh.matches("event: ").count(), 1);
+    let data = fresh
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .unwrap_or("{}");
+    let roster: super::RosterView = serde_json::from_str(data).unwrap_or(super::RosterView {
+        session_id: String::new(),
+        members: Vec::new(),
+        count: 0,
+    });
+    assert_eq!(roster.count, super::watch::PRESENCE_QUEUE + 6);
+    // Then diffs again.
+    drop(members.pop());
+    assert!(watcher.take(&waker).is_none());
+    p.shutdown();
+    let leaves = watcher
+        .take(&waker)
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    assert!(leaves
+        .unwrap_or_default()
+        .starts_with("event: presence_diff\n"));
+}
