@@ -6,20 +6,17 @@
 //! whole contract reads in one place and the handlers stay as they are; a test against the real
 //! binary keeps the route list in step with `docs/protocol.md`.
 //!
-//! Presence (v1.3) is described in [`presence`] and merged in.
+//! The worker API is described in [`worker`], presence (v1.3) in [`presence`]; both are merged in.
 #![allow(dead_code)] // The functions below exist for their `#[utoipa::path]` attributes.
 
 mod presence;
+mod worker;
 
 use std::sync::OnceLock;
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use turnstream_protocol::worker::{
-    Answer, ClaimRequest, ClaimResponse, ClaimedTurn, CompleteRequest, Continuation, EventsRequest,
-    FailRequest, HeartbeatRequest, LeaseGrant, WaitRequest, WorkerAck, WorkerError, WorkerEvent,
-};
 use turnstream_protocol::{
     ActiveTurn, Attachment, CancelResponse, ClearRealtimeResponse, ErrorBody, ErrorDetail, Event,
     EventBody, HistoryResponse, Message, MessageStatus, PostMessageRequest, PostMessageResponse,
@@ -62,12 +59,6 @@ use super::error::AppError;
         healthz,
         readyz,
         metrics,
-        worker_claim,
-        worker_events,
-        worker_heartbeat,
-        worker_complete,
-        worker_fail,
-        worker_wait,
     ),
     components(schemas(
         PostMessageRequest,
@@ -96,18 +87,6 @@ use super::error::AppError;
         ResyncReason,
         TokenExpired,
         StatusBody,
-        ClaimRequest,
-        ClaimResponse,
-        ClaimedTurn,
-        LeaseGrant,
-        WorkerEvent,
-        EventsRequest,
-        HeartbeatRequest,
-        CompleteRequest,
-        FailRequest,
-        WorkerError,
-        WorkerAck,
-        SeqGapBody,
         InputRequest,
         InputGiven,
         RequestKind,
@@ -118,9 +97,6 @@ use super::error::AppError;
         InputAnswerResponse,
         InputConflictBody,
         OnBusy,
-        WaitRequest,
-        Continuation,
-        Answer,
         Siblings,
         RegenerateResponse,
         RegenerateRequest,
@@ -209,39 +185,12 @@ enum StreamFrame {
 
 // The error responses several routes share, each set once.
 
-/// The refusals every request on a claimed turn shares: its opening (a service key, the turn id, the body and its lease token).
-#[derive(IntoResponses)]
-enum LeasedTurnErrors {
-    #[response(status = 400, description = "`invalid_json`, `invalid_turn_id`.")]
-    BadRequest(ErrorBody),
-    #[response(status = 401, description = "`unauthorized`, `invalid_token`.")]
-    Unauthorized(ErrorBody),
-    #[response(status = 403, description = "`forbidden`.")]
-    Forbidden(ErrorBody),
-    #[response(status = 404, description = "`turn_not_found`, `not_found`.")]
-    NotFound(ErrorBody),
-    #[response(status = 422, description = "`invalid_body`.")]
-    InvalidBody(ErrorBody),
-}
-
 /// A write the journal could not take: the server is stopping, or its storage fails or is full.
 #[derive(IntoResponses)]
 enum StorageErrors {
     #[response(
         status = 503,
         description = "`shutting_down`; `storage_unavailable` (with `Retry-After`)."
-    )]
-    Unavailable(ErrorBody),
-    #[response(status = 507, description = "`storage_full` (with `Retry-After`).")]
-    Full(ErrorBody),
-}
-
-/// A claimed turn's write the journal could not take (a stopping server leaves leased turns to their workers).
-#[derive(IntoResponses)]
-enum LeasedStorageErrors {
-    #[response(
-        status = 503,
-        description = "`storage_unavailable` (with `Retry-After`)."
     )]
     Unavailable(ErrorBody),
     #[response(status = 507, description = "`storage_full` (with `Retry-After`).")]
@@ -263,13 +212,6 @@ enum TokenErrors {
 enum InternalError {
     #[response(status = 500, description = "`internal`.")]
     Internal(ErrorBody),
-}
-
-/// The `409 seq_gap` answer of the worker API: the error shape plus the last accepted `seq`.
-#[derive(Serialize, ToSchema)]
-struct SeqGapBody {
-    error: ErrorDetail,
-    acked_seq: i64,
 }
 
 /// Body of `/healthz` (`ok`) and of a ready `/readyz` (`ready`).
@@ -542,6 +484,7 @@ fn document() -> Result<&'static str, AppError> {
     DOCUMENT
         .get_or_init(|| {
             let mut doc = ApiDoc::openapi();
+            doc.merge(worker::WorkerApi::openapi());
             doc.merge(presence::PresenceApi::openapi());
             doc.to_json().map_err(|e| e.to_string())
         })
@@ -573,107 +516,3 @@ mod tests {
         Ok(())
     }
 }
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/claim",
-    tag = "worker",
-    summary = "Claim the oldest queued turns (one per session), long-polling up to `wait_ms`.",
-    request_body = ClaimRequest,
-    responses(
-        (status = 200, description = "The claimed turns, each `running` under a lease (`[]` when none came in time).", body = ClaimResponse),
-        (status = 400, description = "`invalid_json`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
-        (status = 403, description = "`forbidden`: not a service key, or no auth configured.", body = ErrorBody),
-        (status = 404, description = "`not_found`: the server does not run `--agent worker`.", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: wrong shape or a value out of range.", body = ErrorBody),
-        StorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_claim() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/events",
-    tag = "worker",
-    summary = "Append a claimed turn's output; `seq` makes retries safe.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = EventsRequest,
-    responses(
-        (status = 200, description = "Accepted (or already accepted: nothing appended twice).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`, `turn_ended`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        (status = 503, description = "`storage_unavailable` (with `Retry-After`): retry with the same `seq`.", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_events() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/heartbeat",
-    tag = "worker",
-    summary = "Renew the lease; answers the turn's state (a cancel shows here).",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = HeartbeatRequest,
-    responses(
-        (status = 200, description = "The lease renewed, and the turn's state.", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`.", body = ErrorBody),
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_heartbeat() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/complete",
-    tag = "worker",
-    summary = "End the turn `completed`; the reply is the response deltas accepted.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = CompleteRequest,
-    responses(
-        (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        LeasedStorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_complete() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/fail",
-    tag = "worker",
-    summary = "End the turn `failed` with an error; the text accepted so far is kept.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = FailRequest,
-    responses(
-        (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        LeasedStorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_fail() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/wait",
-    tag = "worker",
-    summary = "End the lease after `input_requested` events (v1.2): the turn waits; once answered it is claimable again, with a `continuation`.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = WaitRequest,
-    responses(
-        (status = 200, description = "`state` is `waiting`, or `running` when every request was answered already (claim it again).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        LeasedStorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_wait() {}
