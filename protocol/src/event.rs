@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::call::CallTarget;
 use crate::input::{InputGiven, InputRequest, RequestKind, ToolRequest};
 use crate::message::Message;
 use crate::turn::{ToolCall, TurnState};
@@ -39,6 +40,8 @@ pub enum EventBody {
     TurnQueued {
         reply_id: Option<String>,
         parent_id: Option<String>,
+        /// The turn's agent (v1.3); omitted by servers before it.
+        agent: Option<String>,
     },
     TurnStarted {},
     Thinking {
@@ -108,6 +111,8 @@ struct RequestRef<'a> {
     options: &'a Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     expires_at: &'a Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call: &'a Option<CallTarget>,
 }
 
 #[derive(Deserialize)]
@@ -121,6 +126,8 @@ struct RequestOwned {
     options: Option<Vec<String>>,
     #[serde(default)]
     expires_at: Option<i64>,
+    #[serde(default)]
+    call: Option<CallTarget>,
 }
 
 impl RequestOwned {
@@ -132,6 +139,7 @@ impl RequestOwned {
             prompt: self.prompt,
             options: self.options,
             expires_at: self.expires_at,
+            call: self.call,
         })
     }
 }
@@ -148,6 +156,8 @@ enum WireBodyRef<'a> {
         reply_id: &'a Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         parent_id: &'a Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent: &'a Option<String>,
     },
     TurnStarted {},
     Thinking {
@@ -167,6 +177,7 @@ enum WireBodyRef<'a> {
     Approval(RequestRef<'a>),
     ClientTool(RequestRef<'a>),
     Question(RequestRef<'a>),
+    AgentCall(RequestRef<'a>),
     InputGiven(&'a InputGiven),
     BranchChanged {
         leaf_id: &'a str,
@@ -186,6 +197,8 @@ enum WireBody {
         reply_id: Option<String>,
         #[serde(default)]
         parent_id: Option<String>,
+        #[serde(default)]
+        agent: Option<String>,
     },
     TurnStarted {},
     Thinking {
@@ -208,6 +221,8 @@ enum WireBody {
     ClientTool(RequestOwned),
     #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
     Question(RequestOwned),
+    #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
+    AgentCall(RequestOwned),
     InputGiven(InputGiven),
     BranchChanged {
         leaf_id: String,
@@ -221,9 +236,11 @@ impl Serialize for EventBody {
             EventBody::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             } => WireBodyRef::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             },
             EventBody::TurnStarted {} => WireBodyRef::TurnStarted {},
             EventBody::Thinking { delta } => WireBodyRef::Thinking { delta },
@@ -245,11 +262,13 @@ impl Serialize for EventBody {
                     prompt: &r.prompt,
                     options: &r.options,
                     expires_at: &r.expires_at,
+                    call: &r.call,
                 };
                 match r.kind {
                     RequestKind::Approval => WireBodyRef::Approval(fields),
                     RequestKind::ClientTool => WireBodyRef::ClientTool(fields),
                     RequestKind::Question => WireBodyRef::Question(fields),
+                    RequestKind::AgentCall => WireBodyRef::AgentCall(fields),
                 }
             }
             EventBody::InputGiven(given) => WireBodyRef::InputGiven(given),
@@ -266,9 +285,11 @@ impl<'de> Deserialize<'de> for EventBody {
             WireBody::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             } => EventBody::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             },
             WireBody::TurnStarted {} => EventBody::TurnStarted {},
             WireBody::Thinking { delta } => EventBody::Thinking { delta },
@@ -286,6 +307,7 @@ impl<'de> Deserialize<'de> for EventBody {
             WireBody::Approval(r) => r.into_request(RequestKind::Approval),
             WireBody::ClientTool(r) => r.into_request(RequestKind::ClientTool),
             WireBody::Question(r) => r.into_request(RequestKind::Question),
+            WireBody::AgentCall(r) => r.into_request(RequestKind::AgentCall),
             WireBody::InputGiven(given) => EventBody::InputGiven(given),
             WireBody::BranchChanged { leaf_id } => EventBody::BranchChanged { leaf_id },
         })
@@ -463,7 +485,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(EventBody::TurnQueued {
                 reply_id: None,
-                parent_id: None
+                parent_id: None,
+                agent: None,
             })
             .unwrap_or_default(),
             json!({"kind": "turn_queued"})

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::call::CallTarget;
 use crate::limits::MAX_ID_LEN;
 pub use crate::raw_json::RawJson;
 use crate::turn::TurnState;
@@ -31,6 +32,9 @@ pub enum RequestKind {
     ClientTool,
     /// A question in free text, with optional suggested `options`; answered with `text`.
     Question,
+    /// A call of another agent (v1.3): answered by the server when the child turn ends, with
+    /// `{turn_id, state, text, error?}`.
+    AgentCall,
 }
 
 impl RequestKind {
@@ -39,6 +43,7 @@ impl RequestKind {
             RequestKind::Approval => "approval",
             RequestKind::ClientTool => "client_tool",
             RequestKind::Question => "question",
+            RequestKind::AgentCall => "agent_call",
         }
     }
 
@@ -47,6 +52,7 @@ impl RequestKind {
             "approval" => RequestKind::Approval,
             "client_tool" => RequestKind::ClientTool,
             "question" => RequestKind::Question,
+            "agent_call" => RequestKind::AgentCall,
             _ => return None,
         })
     }
@@ -84,6 +90,9 @@ pub struct InputRequest {
     /// fills it in from `--input-timeout-secs` when the agent leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// For `agent_call` (v1.3): the child turn the call runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<CallTarget>,
 }
 
 impl InputRequest {
@@ -101,6 +110,10 @@ impl InputRequest {
             (RequestKind::Question, Some(_)) => return Err("a question has no `tool`".to_string()),
             (RequestKind::Question, None) if self.prompt.is_none() => {
                 return Err("a question needs `prompt`".to_string())
+            }
+            (RequestKind::AgentCall, Some(_)) => return Err("a call has no `tool`".to_string()),
+            (RequestKind::AgentCall, None) if self.call.is_none() => {
+                return Err("a call needs `call`".to_string())
             }
             _ => {}
         }
@@ -167,6 +180,9 @@ pub struct TurnRequest {
     pub options: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// For `agent_call` (v1.3): the child turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<CallTarget>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<RawJson>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -182,6 +198,7 @@ impl TurnRequest {
             prompt: request.prompt.clone(),
             options: request.options.clone(),
             expires_at: request.expires_at,
+            call: request.call.clone(),
             answer: None,
             answered_by: None,
         }
@@ -311,6 +328,9 @@ impl InputAnswerRequest {
                         )
                     }
                 }
+            }
+            RequestKind::AgentCall => {
+                return Err("a call is answered by the end of its child turn".to_string())
             }
             RequestKind::Question => {
                 only(&["text"])?;
@@ -447,6 +467,7 @@ mod tests {
             prompt: None,
             options: None,
             expires_at: None,
+            call: None,
         };
         assert!(r.check().is_err());
         r.tool = Some(ToolRequest {

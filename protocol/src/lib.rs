@@ -10,19 +10,21 @@
 //! - [`api`]: request and response bodies of the REST endpoints, and the error shape.
 //! - [`raw_json`]: a JSON value carried as its compact text.
 //! - [`input`]: agents that ask (v1.2): requests, answers, `on_busy`.
+//! - [`call`]: agents by name and agent-to-agent calls (v1.3).
 //! - [`attachment`]: the files a user message refers to (v1.2), and their rules.
 //! - [`sse`]: encoding and decoding of `text/event-stream` frames.
 //! - [`limits`]: the named limits both sides enforce.
 //! - [`worker`]: the worker API's bodies (claim, events, heartbeat, complete, fail).
 //!
 //! No two of these modules import each other (each names only modules below it: `limits`,
-//! `raw_json`, `turn`, `input`, `attachment`, `message`, then `event`, `snapshot`, `api` and `worker`).
+//! `raw_json`, `turn`, `call`, `input`, `attachment`, `message`, then `event`, `snapshot`, `api` and `worker`).
 //!
 //! This crate depends on nothing of the project's own and compiles for the server and for wasm32.
 //! The `openapi` feature (the server's, never the SDK's) derives a JSON Schema for every wire type.
 
 pub mod api;
 pub mod attachment;
+pub mod call;
 pub mod cursor;
 pub mod event;
 pub mod input;
@@ -36,6 +38,7 @@ pub mod worker;
 
 pub use api::*;
 pub use attachment::Attachment;
+pub use call::{CallAnswer, CallTarget, CalledBy};
 pub use cursor::{Cursor, CursorError};
 pub use event::*;
 pub use input::{

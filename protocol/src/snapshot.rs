@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::call::CalledBy;
 use crate::event::EventBody;
 use crate::input::{merge_answer, merge_request, TurnRequest};
 use crate::turn::{merge_tool, ToolCall, TurnState};
@@ -37,6 +38,12 @@ pub struct ActiveTurn {
     /// unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
+    /// The turn's agent (v1.3); omitted by servers before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// For a called turn (v1.3): the call that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_by: Option<CalledBy>,
 }
 
 impl ActiveTurn {
@@ -51,6 +58,8 @@ impl ActiveTurn {
             requests: Vec::new(),
             reply_id: None,
             parent_id: None,
+            agent: None,
+            called_by: None,
         }
     }
 
@@ -62,7 +71,11 @@ impl ActiveTurn {
             EventBody::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             } => {
+                if agent.is_some() {
+                    self.agent.clone_from(agent);
+                }
                 // A turn queued before v1.2 says neither: what is known stays.
                 if reply_id.is_some() {
                     self.reply_id.clone_from(reply_id);
@@ -143,10 +156,12 @@ mod tests {
         t.apply(&EventBody::TurnQueued {
             reply_id: Some("msg_r".into()),
             parent_id: Some("msg_u".into()),
+            agent: Some("researcher".into()),
         });
         t.apply(&EventBody::TurnStarted {});
         assert_eq!(t.reply_id.as_deref(), Some("msg_r"));
         assert_eq!(t.parent_id.as_deref(), Some("msg_u"));
+        assert_eq!(t.agent.as_deref(), Some("researcher"));
         let v = serde_json::to_value(&t).unwrap_or_default();
         assert_eq!(v["reply_id"], "msg_r");
         assert_eq!(v["parent_id"], "msg_u");
@@ -158,6 +173,7 @@ mod tests {
         t.apply(&EventBody::TurnQueued {
             reply_id: None,
             parent_id: None,
+            agent: None,
         });
         assert_eq!(t.reply_id.as_deref(), Some("msg_r"));
         // A v1.1 snapshot's turn (no ids) still parses.
