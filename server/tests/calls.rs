@@ -286,11 +286,11 @@ async fn waiting_call(
     Ok((caller_turn, child))
 }
 
-/// Each way the child ends reaches its waiting caller: failed (with its error), cancelled, and
-/// interrupted by a lease that ran out.
+/// Each way the child's worker ends it, or a cancel does, reaches its waiting caller: failed
+/// (with its error), cancelled.
 #[tokio::test]
 async fn each_end_of_the_child_reaches_the_caller() -> TestResult {
-    let s = worker_server(&["--worker-lease-secs", "1"])?;
+    let s = worker_server(&[])?;
 
     let (caller, child) = waiting_call(&s, "f1", "f2").await?;
     // Nobody but the child's end answers a call.
@@ -327,7 +327,14 @@ async fn each_end_of_the_child_reaches_the_caller() -> TestResult {
     assert_eq!(cont.turn, caller);
     assert_eq!(cont.end(&s, "complete", 2).await?.0, 200);
 
-    // The child's worker goes silent: its lease runs out and the sweep ends it.
+    Ok(())
+}
+
+/// A child whose worker goes silent: its lease runs out, the sweep ends it `interrupted`, once,
+/// and that end answers the caller.
+#[tokio::test]
+async fn a_child_whose_lease_runs_out_answers_interrupted() -> TestResult {
+    let s = worker_server(&["--worker-lease-secs", "2"])?;
     let (caller, child) = waiting_call(&s, "i1", "i2").await?;
     child.events(&s, 0, json!([response("gone")])).await?;
     let a = until_answered(&s, &caller, "c1").await?;
@@ -607,7 +614,7 @@ async fn the_demo_agent_calls_and_replies_with_the_answer() -> TestResult {
 /// caller is answered and continues once.
 #[tokio::test]
 async fn kill9_while_the_child_runs_answers_the_caller_once() -> TestResult {
-    let mut s = TestServer::start(&["--worker-lease-secs", "1"])?;
+    let mut s = TestServer::start(&["--worker-lease-secs", "2"])?;
     let sent = s
         .send("k1", "/call researcher k2 /sleep 60000 never")
         .await?;
