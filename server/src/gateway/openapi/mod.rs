@@ -236,7 +236,7 @@ struct StatusBody {
         (status = 409, description = "`client_message_id_conflict`: the id was used with other content or attachments.", body = ErrorBody),
         (status = 413, description = "`body_too_large`, `content_too_large` (the content and the `data:` URLs of its attachments together).", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`.", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: JSON of the wrong shape.", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: JSON of the wrong shape, or (v1.3) a bad `agent`.", body = ErrorBody),
         (status = 429, description = "`too_many_active_turns`; `rate_limited` (with `Retry-After`).", body = ErrorBody),
         InternalError,
         StorageErrors,
