@@ -10,6 +10,7 @@
 
 mod accept;
 mod branches;
+mod calls;
 mod engine;
 mod fanout;
 mod health;
@@ -32,11 +33,12 @@ mod writer;
 
 pub use accept::{Accepted, Admission, NewMessage};
 pub use branches::Regenerated;
+pub use calls::{CallRefusal, NewCall};
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
 pub use inputs::{Given, InputRefusal, Parked};
 pub use lease::{Lease, LeaseError};
-pub use leased_turns::{Claim, Claimed, LeasedTurn, Refusal, WorkerOp};
+pub use leased_turns::{Claim, Claimed, LeasedTurn, Refusal, WorkerOp, WorkerWrite};
 pub use payload::floor_char_boundary;
 pub use replay::{Encoder, Page, StreamStart};
 pub use retention::cleanup_loop;
