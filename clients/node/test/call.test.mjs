@@ -1,0 +1,229 @@
+// Agent calls (contract v1.3) through the Node worker client, against the real server binary:
+// the planner/researcher example as two worker processes; claims of some agents only; a
+// planner continued by another process, whose call answers at once on replay; a child that
+// ends before the caller's `wait`; refused calls; and three calls at once, each child's end
+// (completed, failed, cancelled) reaching the caller.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { WorkerClient, runWorker } from "../src/index.js";
+import { planner, researcher } from "../examples/planner-researcher.mjs";
+import { startServer, SERVICE_KEY } from "./server.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(() => server?.stop());
+
+async function post(session, content, agent) {
+  const { status, body } = await server.api("POST", `/sessions/${session}/messages`, { content, agent });
+  assert.equal(status, 202, JSON.stringify(body));
+  return body.turn_id;
+}
+
+/** Runs a worker loop serving `agents` until stopped: `{ stop() }` resolves once it ended. */
+function serve(handler, agents, workerId, client) {
+  const abort = new AbortController();
+  client ??= new WorkerClient({ baseUrl: server.url, serviceKey: SERVICE_KEY, workerId });
+  const loop = runWorker(client, handler, { waitMs: 500, agents, signal: abort.signal });
+  return {
+    loop,
+    async stop() {
+      abort.abort();
+      await loop;
+    },
+  };
+}
+
+const EXAMPLE_TEXT = (session, topic) =>
+  `Asking the researcher about ${topic}. Plan: start from "${topic}: three sources found, for session ${session}."`;
+
+test("the example: a planner worker process calls a researcher worker process", async () => {
+  const env = { ...process.env, TURNSTREAM_URL: server.url, TURNSTREAM_SERVICE_KEY: SERVICE_KEY };
+  const example = join(here, "../examples/planner-researcher.mjs");
+  const workers = ["planner", "researcher"].map((role) =>
+    spawn(process.execPath, [example, role], { env, stdio: ["ignore", "inherit", "inherit"] }),
+  );
+  try {
+    const turnId = await post("plan1", "the tides", "planner");
+    const info = await server.waitTurnEnd(turnId);
+    assert.equal(info.state, "completed", JSON.stringify(info));
+    assert.equal(info.agent, "planner");
+    assert.equal(info.text, EXAMPLE_TEXT("plan1", "the tides"));
+    assert.equal(info.requests.length, 1, JSON.stringify(info.requests));
+    const [request] = info.requests;
+    assert.equal(request.kind, "agent_call");
+    assert.equal(request.request_id, "ask-1");
+    assert.equal(request.call.agent, "researcher");
+    assert.equal(request.call.session_id, "plan1.research");
+    const childId = request.call.turn_id;
+    assert.equal(request.answered_by, `turn:${childId}`);
+    assert.deepEqual(request.answer, {
+      turn_id: childId, state: "completed", text: "the tides: three sources found, for session plan1.",
+    });
+    const child = (await server.api("GET", `/turns/${childId}`)).body;
+    assert.equal(child.agent, "researcher");
+    assert.equal(child.session_id, "plan1.research");
+    assert.equal(child.state, "completed");
+    assert.equal(child.text, request.answer.text);
+  } finally {
+    // Stopped as a deployment stops them: their claims end with them.
+    await Promise.all(workers.map((w) => new Promise((resolve) => (w.once("exit", resolve), w.kill("SIGTERM")))));
+  }
+});
+
+test("claim({agents}) hands out only those agents' turns; no agents, every agent's", async () => {
+  const plain = await post("agents1", "for anyone");
+  const research = await post("agents2", "for the researcher", "researcher");
+  const plan = await post("agents3", "for the planner", "planner");
+  const client = new WorkerClient({ baseUrl: server.url, serviceKey: SERVICE_KEY, workerId: "node-agents" });
+  const got = await client.claim({ agents: ["researcher"], waitMs: 0, maxTurns: 8 });
+  assert.deepEqual(got.map((t) => [t.turnId, t.agent, t.calledBy]), [[research, "researcher", null]]);
+  const rest = await client.claim({ waitMs: 0, maxTurns: 8 });
+  assert.deepEqual(rest.map((t) => [t.turnId, t.agent]).sort(), [[plain, "default"], [plan, "planner"]].sort());
+  for (const t of [...got, ...rest]) await t.complete();
+  await assert.rejects(client.claim({ agents: [], waitMs: 0 }), TypeError);
+  await assert.rejects(client.claim({ agents: ["Not A Name"], waitMs: 0 }), (err) => err.status === 422);
+});
+
+test("another process continues the planner: the call answers at once on replay, nothing is sent twice", async () => {
+  const runs = [];
+  const tracked = async (turn) => {
+    runs.push({ continuation: turn.continuation !== null, replaying: turn.replaying });
+    await planner(turn);
+  };
+  const turnId = await post("plan2", "the moon", "planner");
+  const first = serve(tracked, ["planner"], "node-planner-a");
+  const waiting = await server.waitOpenRequests(turnId);
+  assert.equal(waiting.text, "Asking the researcher about the moon. ");
+  await first.stop(); // the handler waiting there is let go
+  const research = serve(researcher, ["researcher"], "node-researcher");
+  const second = serve(tracked, ["planner"], "node-planner-b");
+  try {
+    const info = await server.waitTurnEnd(turnId);
+    assert.equal(info.state, "completed", JSON.stringify(info));
+    assert.equal(info.text, EXAMPLE_TEXT("plan2", "the moon"));
+    assert.deepEqual(runs, [{ continuation: false, replaying: false }, { continuation: true, replaying: true }]);
+    assert.equal(info.requests.length, 1, "the replayed call opened no second call");
+  } finally {
+    await Promise.all([research.stop(), second.stop()]);
+  }
+});
+
+test("a child that ends before the caller sends wait: the wait answers running and the handler goes on", async () => {
+  const turnId = await post("plan3", "the sun", "planner");
+  const research = serve(researcher, ["researcher"], "node-researcher-3");
+  const waits = [];
+  // Holds the planner's `wait` until the researcher's turn has answered the call.
+  const slowWait = async (url, init) => {
+    if (String(url).endsWith("/wait")) {
+      await server.waitTurn(turnId, (t) => t.requests?.[0]?.answer !== undefined, "the call's answer");
+      const res = await fetch(url, init);
+      waits.push(await res.clone().json());
+      return res;
+    }
+    return fetch(url, init);
+  };
+  const client = new WorkerClient({ baseUrl: server.url, serviceKey: SERVICE_KEY, workerId: "node-planner-3", fetch: slowWait });
+  let runs = 0;
+  const plan = serve((turn) => ((runs += 1), planner(turn)), ["planner"], null, client);
+  try {
+    const info = await server.waitTurnEnd(turnId);
+    assert.equal(info.state, "completed", JSON.stringify(info));
+    assert.equal(info.text, EXAMPLE_TEXT("plan3", "the sun"));
+    assert.deepEqual(waits.map((w) => w.state), ["running"]);
+    assert.equal(runs, 1, "the handler that called went on; it was not run again");
+  } finally {
+    await Promise.all([research.stop(), plan.stop()]);
+  }
+});
+
+test("a refused call rejects with its code; nothing is journaled and the turn goes on", async () => {
+  const turnId = await post("plan4", "refuse", "planner");
+  const outcomes = [];
+  const refusing = async (turn) => {
+    turn.response("Before. ");
+    for (const call of [
+      { agent: "researcher", session: turn.sessionId, content: "myself" }, // own session: a cycle
+      { agent: "researcher", session: "", content: "nowhere" }, // an empty target
+    ]) {
+      try {
+        await turn.call(call);
+        outcomes.push("answered");
+      } catch (err) {
+        outcomes.push([err.name, err.status, err.code, err.requestId]);
+        turn.response(`${err.code}. `);
+      }
+    }
+    turn.response("After.");
+  };
+  const plan = serve(refusing, ["planner"], "node-planner-4");
+  try {
+    const info = await server.waitTurnEnd(turnId);
+    assert.equal(info.state, "completed", JSON.stringify(info));
+    assert.equal(outcomes[0].join(), ["CallRefused", 409, "call_cycle", "ask-1"].join());
+    assert.deepEqual(outcomes[1].slice(0, 2), ["CallRefused", 422]);
+    assert.equal(info.text, `Before. call_cycle. ${outcomes[1][2]}. After.`);
+    assert.equal(info.requests, undefined, "a refused call journals no request");
+  } finally {
+    await plan.stop();
+  }
+});
+
+test("three calls at once: completed, failed and cancelled children each answer the caller", async () => {
+  const turnId = await post("plan5", "fan out", "planner");
+  const fanOut = async (turn) => {
+    const results = await Promise.all([
+      turn.call({ agent: "researcher", session: "fan.ok", content: "ok" }),
+      turn.call({ agent: "researcher", session: "fan.boom", content: "boom" }),
+      turn.call({ agent: "researcher", session: "fan.held", content: "held" }),
+    ]);
+    turn.response(results.map((r) => `${r.state}${r.error ? ` (${JSON.stringify(r.error)})` : ""}: ${r.text}`).join(" | "));
+  };
+  let cancelled;
+  const wasCancelled = new Promise((resolve) => (cancelled = resolve));
+  const research = serve(
+    async (turn) => {
+      if (turn.userMessage.content === "held") {
+        turn.response("holding");
+        return wasCancelled; // its end then meets the cancel (409 turn_cancelled)
+      }
+      if (turn.userMessage.content === "boom") {
+        turn.response("partial");
+        throw new Error("the researcher broke");
+      }
+      turn.response(`${turn.userMessage.content} done`);
+    },
+    ["researcher"],
+    "node-researcher-5",
+  );
+  const plan = serve(fanOut, ["planner"], "node-planner-5");
+  try {
+    const waiting = await server.waitTurn(
+      turnId,
+      (t) => (t.requests ?? []).filter((r) => r.answer !== undefined).length === 2,
+      "two answered calls",
+    );
+    assert.equal(waiting.state, "waiting");
+    const held = waiting.requests.find((r) => r.call.session_id === "fan.held");
+    assert.equal(held.answer, undefined);
+    await server.waitTurn(held.call.turn_id, (t) => t.text === "holding", "the held child's output");
+    const cancel = await server.api("POST", `/turns/${held.call.turn_id}/cancel`);
+    assert.equal(cancel.status, 200, JSON.stringify(cancel.body));
+    assert.equal(cancel.body.state, "cancelled");
+    cancelled();
+    const info = await server.waitTurnEnd(turnId);
+    assert.equal(info.state, "completed", JSON.stringify(info));
+    const [ok, boom, heldText] = info.text.split(" | ");
+    assert.equal(ok, "completed: ok done");
+    assert.match(boom, /^failed \(.*the researcher broke.*\): partial$/);
+    assert.equal(heldText, "cancelled: holding");
+    assert.deepEqual(info.requests.map((r) => r.answer.state), ["completed", "failed", "cancelled"]);
+  } finally {
+    await Promise.all([research.stop(), plan.stop()]);
+  }
+});
