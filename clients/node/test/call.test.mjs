@@ -1,8 +1,9 @@
 // Agent calls (contract v1.3) through the Node worker client, against the real server binary:
 // the planner/researcher example as two worker processes; claims of some agents only; a
 // planner continued by another process, whose call answers at once on replay; a child that
-// ends before the caller's `wait`; refused calls; and three calls at once, each child's end
-// (completed, failed, cancelled) reaching the caller.
+// ends before the caller's `wait`; refused calls; three calls at once, each child's end
+// (completed, failed, cancelled) reaching the caller; and chains of calls, a cycle and one too
+// deep refused with their codes.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -225,5 +226,38 @@ test("three calls at once: completed, failed and cancelled children each answer 
     assert.deepEqual(info.requests.map((r) => r.answer.state), ["completed", "failed", "cancelled"]);
   } finally {
     await Promise.all([research.stop(), plan.stop()]);
+  }
+});
+
+test("a chain of calls: A -> B -> A is a cycle, and the ninth call down is refused for depth", async () => {
+  // Each turn calls one level further down and appends "+" to what came back; the call that
+  // would go deeper than 8 is refused, and its refusal's code travels back up the chain.
+  const next = {
+    down: (turn) => [`${turn.sessionId}.d`, "down"], // one level further down
+    out: (turn) => [`${turn.sessionId}.b`, "home"], // A -> B ...
+    home: (turn) => [turn.calledBy.session_id, "x"], // ... -> A: the caller's session
+  };
+  const deep = async (turn) => {
+    const [session, content] = next[turn.userMessage.content](turn);
+    try {
+      const found = await turn.call({ agent: "deep", session, content });
+      turn.response(`${found.text}+`);
+    } catch (err) {
+      turn.response(err.code);
+    }
+  };
+  const worker = serve(deep, ["deep"], "node-deep");
+  try {
+    const down = await post("chain.deep", "down", "deep");
+    const info = await server.waitTurnEnd(down);
+    assert.equal(info.state, "completed", JSON.stringify(info));
+    assert.equal(info.text, `call_depth_exceeded${"+".repeat(8)}`);
+    // chain.top calls chain.top.b, which calls back into chain.top: a cycle.
+    const top = await post("chain.top", "out", "deep");
+    const cycle = await server.waitTurnEnd(top);
+    assert.equal(cycle.state, "completed", JSON.stringify(cycle));
+    assert.equal(cycle.text, "call_cycle+");
+  } finally {
+    await worker.stop();
   }
 });

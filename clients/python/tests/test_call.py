@@ -1,8 +1,9 @@
 """Agent calls (contract v1.3) through the Python worker client, against the real server
 binary: the planner/researcher example as two worker processes; claims of some agents only; a
 planner continued by another process, whose call returns at once on replay; a child that ends
-before the caller's `wait`; refused calls (threads and asyncio); and three calls at once
-(asyncio.gather), each child's end (completed, failed, cancelled) reaching the caller."""
+before the caller's `wait`; refused calls (threads and asyncio); three calls at once
+(asyncio.gather), each child's end (completed, failed, cancelled) reaching the caller; and
+chains of calls, a cycle and one too deep refused with their codes."""
 
 import asyncio
 import os
@@ -168,6 +169,34 @@ class CallTest(unittest.TestCase):
         finally:
             research.stop()
             plan.stop()
+
+    def test_chains_of_calls_a_cycle_and_one_too_deep(self):
+        # Each turn calls one level further down and appends "+" to what came back; the call
+        # that would go deeper than 8 is refused, and its code travels back up the chain.
+        nexts = {
+            "down": lambda turn: (f"{turn.session_id}.d", "down"),
+            "out": lambda turn: (f"{turn.session_id}.b", "home"),  # A -> B ...
+            "home": lambda turn: (turn.called_by["session_id"], "x"),  # ... -> A
+        }
+
+        def deep(turn):
+            session, content = nexts[turn.user_message["content"]](turn)
+            try:
+                found = turn.call(agent="deep", session=session, content=content)
+                turn.response(found["text"] + "+")
+            except CallRefused as err:
+                turn.response(err.code)
+
+        worker = Worker(self.server, deep, ["deep"], "py-deep")
+        try:
+            info = self.server.wait_turn_end(self.server.post("pychain.deep", "down", "deep"))
+            self.assertEqual(info["state"], "completed", info)
+            self.assertEqual(info["text"], "call_depth_exceeded" + "+" * 8)
+            info = self.server.wait_turn_end(self.server.post("pychain.top", "out", "deep"))
+            self.assertEqual(info["state"], "completed", info)
+            self.assertEqual(info["text"], "call_cycle+")
+        finally:
+            worker.stop()
 
     def refusing(self, outcomes):
         def handler(turn):
