@@ -1,5 +1,6 @@
 // Agent calls (contract v1.3) through the Node worker client, against the real server binary:
-// the planner/researcher example as two worker processes; claims of some agents only; a
+// the planner/researcher example as two worker processes, and its planner killed while it
+// waits, continued by a new process; claims of some agents only; a
 // planner continued by another process, whose call answers at once on replay; a child that
 // ends before the caller's `wait`; refused calls; three calls at once, each child's end
 // (completed, failed, cancelled) reaching the caller; and chains of calls, a cycle and one too
@@ -74,6 +75,30 @@ test("the example: a planner worker process calls a researcher worker process", 
   } finally {
     // Stopped as a deployment stops them: their claims end with them.
     await Promise.all(workers.map((w) => new Promise((resolve) => (w.once("exit", resolve), w.kill("SIGTERM")))));
+  }
+});
+
+test("the example's planner process killed while it waits: a new one continues the turn", async () => {
+  const env = { ...process.env, TURNSTREAM_URL: server.url, TURNSTREAM_SERVICE_KEY: SERVICE_KEY };
+  const example = join(here, "../examples/planner-researcher.mjs");
+  const start = (role) => spawn(process.execPath, [example, role], { env, stdio: ["ignore", "inherit", "inherit"] });
+  const stop = (w) => new Promise((resolve) => (w.once("exit", resolve), w.kill("SIGTERM")));
+  const turnId = await post("plan9", "the wind", "planner");
+  const first = start("planner");
+  const waiting = await server.waitOpenRequests(turnId);
+  assert.equal(waiting.requests[0].kind, "agent_call");
+  const killed = new Promise((resolve) => first.once("exit", resolve));
+  first.kill("SIGKILL"); // it held no lease: the turn waits in the server, not in the process
+  await killed;
+  const workers = [start("researcher"), start("planner")];
+  try {
+    const info = await server.waitTurnEnd(turnId);
+    assert.equal(info.state, "completed", JSON.stringify(info));
+    assert.equal(info.text, EXAMPLE_TEXT("plan9", "the wind"));
+    assert.equal(info.requests.length, 1);
+    assert.equal(info.requests[0].answer.state, "completed");
+  } finally {
+    await Promise.all(workers.map(stop));
   }
 });
 

@@ -1,9 +1,10 @@
 """Agent calls (contract v1.3) through the Python worker client, against the real server
-binary: the planner/researcher example as two worker processes; claims of some agents only; a
-planner continued by another process, whose call returns at once on replay; a child that ends
-before the caller's `wait`; refused calls (threads and asyncio); three calls at once
-(asyncio.gather), each child's end (completed, failed, cancelled) reaching the caller; and
-chains of calls, a cycle and one too deep refused with their codes."""
+binary: the planner/researcher example as two worker processes, and its planner killed while
+it waits, continued by a new process; claims of some agents only; a planner continued by
+another loop, whose call returns at once on replay; a child that ends before the caller's
+`wait`; refused calls (threads and asyncio); three calls at once (asyncio.gather), each child's
+end (completed, failed, cancelled) reaching the caller; and chains of calls, a cycle and one
+too deep refused with their codes."""
 
 import asyncio
 import os
@@ -82,6 +83,33 @@ class CallTest(unittest.TestCase):
             self.assertEqual((child["agent"], child["session_id"], child["state"]),
                              ("researcher", "pyplan1.research", "completed"))
             self.assertEqual(child["text"], request["answer"]["text"])
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait()
+            server.stop()
+
+    def test_the_example_planner_killed_while_it_waits_and_a_new_one_continues(self):
+        server = Server()  # of its own, as above
+        env = dict(os.environ, TURNSTREAM_URL=server.url, TURNSTREAM_SERVICE_KEY=SERVICE_KEY)
+
+        def start(role):
+            return subprocess.Popen([sys.executable, EXAMPLE, role], env=env)
+
+        workers = []
+        try:
+            turn_id = server.post("pyplan9", "the wind", agent="planner")
+            first = start("planner")
+            workers.append(first)
+            waiting = server.wait_open_requests(turn_id)
+            self.assertEqual(waiting["requests"][0]["kind"], "agent_call")
+            first.kill()  # it held no lease: the turn waits in the server, not in the process
+            first.wait()
+            workers += [start("researcher"), start("planner")]
+            info = server.wait_turn_end(turn_id)
+            self.assertEqual(info["state"], "completed", info)
+            self.assertEqual(info["text"], example_text("pyplan9", "the wind"))
+            self.assertEqual([r["answer"]["state"] for r in info["requests"]], ["completed"])
         finally:
             for w in workers:
                 w.kill()
