@@ -287,6 +287,12 @@ export class TurnHandle {
   /** Ends the lease; the turn waits for the open asks' answers. */
   async wait() {
     if (this.open.size === 0 || this.suspended) return;
+    // Events pushed since this wait was queued (a handler that went on after a refused call
+    // and asked again) go first: the flush their push scheduled sends them, then waits.
+    if (this.pending.length > 0) {
+      this.waitWanted = true;
+      return;
+    }
     await this.send("/wait", (seq) => ({ seq }));
     this.suspended = true;
     clearInterval(this.heartbeatTimer);

@@ -187,10 +187,14 @@ test("a refused call rejects with its code; nothing is journaled and the turn go
     }
     turn.response("After.");
   };
-  const plan = serve(refusing, ["planner"], "node-planner-4");
+  const sent = [];
+  const recording = (url, init) => (sent.push(String(url).split("/").pop()), fetch(url, init));
+  const client = new WorkerClient({ baseUrl: server.url, serviceKey: SERVICE_KEY, workerId: "node-planner-4", fetch: recording });
+  const plan = serve(refusing, ["planner"], null, client);
   try {
     const info = await server.waitTurnEnd(turnId);
     assert.equal(info.state, "completed", JSON.stringify(info));
+    assert.ok(!sent.includes("wait"), `no call was opened, so the turn never waited: ${sent}`);
     assert.equal(outcomes[0].join(), ["CallRefused", 409, "call_cycle", "ask-1"].join());
     assert.deepEqual(outcomes[1].slice(0, 2), ["CallRefused", 422]);
     assert.equal(info.text, `Before. call_cycle. ${outcomes[1][2]}. After.`);

@@ -30,6 +30,18 @@ def example_text(session, topic):
             f'"{topic}: three sources found, for session {session}."')
 
 
+class Recording(WorkerClient):
+    """A WorkerClient that keeps the path of each request it sent."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sent = []
+
+    def post(self, path, body, timeout=90):
+        self.sent.append(path)
+        return super().post(path, body, timeout)
+
+
 class Worker:
     """run_worker(handler, agents) in a thread until stop()."""
 
@@ -239,9 +251,11 @@ class CallTest(unittest.TestCase):
             turn.response("After.")
         return handler
 
-    def check_refused(self, turn_id, outcomes):
+    def check_refused(self, turn_id, outcomes, client):
         info = self.server.wait_turn_end(turn_id)
         self.assertEqual(info["state"], "completed", info)
+        self.assertNotIn(f"/turns/{turn_id}/wait", client.sent,
+                         "no call was opened, so the turn never waited")
         self.assertEqual(outcomes[0], (409, "call_cycle", "ask-1"))
         self.assertEqual(outcomes[1][0], 422)
         self.assertEqual(info["text"], f"Before. call_cycle. {outcomes[1][1]}. After.")
@@ -250,9 +264,10 @@ class CallTest(unittest.TestCase):
     def test_a_refused_call_raises_its_code_and_the_turn_goes_on(self):
         turn_id = self.server.post("pyplan4", "refuse", agent="planner")
         outcomes = []
-        plan = Worker(self.server, self.refusing(outcomes), ["planner"], "py-planner-4")
+        client = Recording(self.server.url, SERVICE_KEY, worker_id="py-planner-4")
+        plan = Worker(self.server, self.refusing(outcomes), ["planner"], None, client=client)
         try:
-            self.check_refused(turn_id, outcomes)
+            self.check_refused(turn_id, outcomes, client)
         finally:
             plan.stop()
 
@@ -298,18 +313,20 @@ class CallTest(unittest.TestCase):
             stop = asyncio.Event()
             stops.append(stop)
             client = AsyncWorkerClient(self.server.url, SERVICE_KEY, worker_id="py-aio-calls")
+            client.sync = recording
 
             async def handler(turn):
                 await (refusing if turn.agent == "planner" else fan_out)(turn)
             await run_worker_async(client, handler, wait_ms=500, stop=stop,
                                    agents=["planner", "fanner"])
 
+        recording = Recording(self.server.url, SERVICE_KEY, worker_id="py-aio-calls")
         research = Worker(self.server, child, ["researcher"], "py-researcher-6")
         loop = asyncio.new_event_loop()
         runner = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
         runner.start()
         try:
-            self.check_refused(refused_turn, outcomes)
+            self.check_refused(refused_turn, outcomes, recording)
             waiting = self.server.wait_turn(
                 fan_turn, lambda t: len([r for r in t.get("requests", []) if "answer" in r]) == 2,
                 "two answered calls")
