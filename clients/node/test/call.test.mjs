@@ -204,11 +204,13 @@ test("a refused call rejects with its code; nothing is journaled and the turn go
   }
 });
 
-test("three calls at once: completed, failed and cancelled children each answer the caller", async () => {
+const FILE = { url: "https://files.example.com/notes.txt", media_type: "text/plain", name: "notes.txt" };
+
+test("three calls at once: completed (with an attachment), failed and cancelled children each answer the caller", async () => {
   const turnId = await post("plan5", "fan out", "planner");
   const fanOut = async (turn) => {
     const results = await Promise.all([
-      turn.call({ agent: "researcher", session: "fan.ok", content: "ok" }),
+      turn.call({ agent: "researcher", session: "fan.ok", content: "ok", attachments: [FILE] }),
       turn.call({ agent: "researcher", session: "fan.boom", content: "boom" }),
       turn.call({ agent: "researcher", session: "fan.held", content: "held" }),
     ]);
@@ -226,7 +228,8 @@ test("three calls at once: completed, failed and cancelled children each answer 
         turn.response("partial");
         throw new Error("the researcher broke");
       }
-      turn.response(`${turn.userMessage.content} done`);
+      const files = (turn.userMessage.attachments ?? []).map((a) => a.name);
+      turn.response(`${turn.userMessage.content} done${files.length ? ` with ${files}` : ""}`);
     },
     ["researcher"],
     "node-researcher-5",
@@ -249,7 +252,7 @@ test("three calls at once: completed, failed and cancelled children each answer 
     const info = await server.waitTurnEnd(turnId);
     assert.equal(info.state, "completed", JSON.stringify(info));
     const [ok, boom, heldText] = info.text.split(" | ");
-    assert.equal(ok, "completed: ok done");
+    assert.equal(ok, "completed: ok done with notes.txt", "the call's attachments reach the called turn");
     assert.match(boom, /^failed \(.*the researcher broke.*\): partial$/);
     assert.equal(heldText, "cancelled: holding");
     assert.deepEqual(info.requests.map((r) => r.answer.state), ["completed", "failed", "cancelled"]);

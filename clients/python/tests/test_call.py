@@ -23,6 +23,8 @@ from turnstream_worker import (  # noqa: E402
     AsyncWorkerClient, CallRefused, WorkerApiError, WorkerClient, run_worker, run_worker_async)
 
 EXAMPLE = os.path.join(HERE, "..", "examples", "planner_researcher.py")
+FILE = {"url": "https://files.example.com/notes.txt", "media_type": "text/plain",
+        "name": "notes.txt"}
 
 
 def example_text(session, topic):
@@ -290,7 +292,8 @@ class CallTest(unittest.TestCase):
 
         async def fan_out(turn):
             results = await asyncio.gather(*(
-                turn.call(agent="researcher", session=f"pyfan.{what}", content=what)
+                turn.call(agent="researcher", session=f"pyfan.{what}", content=what,
+                          attachments=[FILE] if what == "ok" else None)
                 for what in ("ok", "boom", "held")))
             turn.response(" | ".join(
                 f"{r['state']}{' (error)' if r.get('error') else ''}: {r['text']}"
@@ -305,7 +308,8 @@ class CallTest(unittest.TestCase):
             if what == "boom":
                 turn.response("partial")
                 raise RuntimeError("the researcher broke")
-            turn.response(f"{what} done")
+            files = ",".join(a["name"] for a in turn.user_message.get("attachments", []))
+            turn.response(f"{what} done" + (f" with {files}" if files else ""))
 
         stops = []
 
@@ -342,7 +346,8 @@ class CallTest(unittest.TestCase):
             info = self.server.wait_turn_end(fan_turn)
             self.assertEqual(info["state"], "completed", info)
             self.assertEqual(info["text"].split(" | "), [
-                "completed: ok done", "failed (error): partial", "cancelled: holding"])
+                "completed: ok done with notes.txt", "failed (error): partial",
+                "cancelled: holding"])
             self.assertEqual([r["answer"]["state"] for r in info["requests"]],
                              ["completed", "failed", "cancelled"])
         finally:
