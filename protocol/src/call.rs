@@ -29,6 +29,43 @@ pub fn is_valid_agent(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-'))
 }
 
+/// Why the server refused a call; nothing of it (nor of the worker's batch it came in) is
+/// written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallRefusal {
+    /// The target session is on the caller's own chain: the call would wait on itself.
+    Cycle,
+    /// The child would be more than [`MAX_CALL_DEPTH`] calls deep.
+    DepthExceeded,
+    /// An empty or malformed target (agent, session or content).
+    Invalid(String),
+}
+
+impl CallRefusal {
+    /// The stable error code: `call_cycle`, `call_depth_exceeded`, `invalid_body`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            CallRefusal::Cycle => "call_cycle",
+            CallRefusal::DepthExceeded => "call_depth_exceeded",
+            CallRefusal::Invalid(_) => "invalid_body",
+        }
+    }
+}
+
+impl std::fmt::Display for CallRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallRefusal::Cycle => f.write_str(
+                "the target session is on the caller's own chain of calls: the call would wait on itself",
+            ),
+            CallRefusal::DepthExceeded => {
+                write!(f, "a chain of calls is at most {MAX_CALL_DEPTH} calls deep")
+            }
+            CallRefusal::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
 /// What an `agent_call` request calls: the child turn, its ids drawn when the call opened.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -533,4 +533,39 @@ mod tests {
         assert_eq!(t.requests.len(), 1);
         assert!(!t.requests[0].is_open());
     }
+
+    /// v1.3: a call is an `input_requested` whose data `kind` is `agent_call`, naming its child.
+    #[test]
+    fn a_call_round_trips_as_a_request() {
+        let asked = EventBody::InputRequested(InputRequest {
+            request_id: "c1".into(),
+            kind: RequestKind::AgentCall,
+            tool: None,
+            prompt: None,
+            options: None,
+            expires_at: None,
+            call: Some(CallTarget {
+                agent: "researcher".into(),
+                session_id: "s2".into(),
+                turn_id: "turn_c".into(),
+                message_id: "msg_c".into(),
+            }),
+        });
+        let v = serde_json::to_value(&asked).unwrap_or_default();
+        assert_eq!(
+            v,
+            json!({"kind": "agent_call", "request_id": "c1", "call": {"agent": "researcher",
+                "session_id": "s2", "turn_id": "turn_c", "message_id": "msg_c"}})
+        );
+        assert_eq!(serde_json::from_value::<EventBody>(v).ok(), Some(asked));
+        let queued = EventBody::TurnQueued {
+            reply_id: None,
+            parent_id: None,
+            agent: Some("researcher".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&queued).unwrap_or_default(),
+            json!({"kind": "turn_queued", "agent": "researcher"})
+        );
+    }
 }

@@ -229,6 +229,34 @@ mod tests {
         );
     }
 
+    /// v1.3: a call event, a claim's `agents`, and a claimed turn's `agent` when an older server
+    /// leaves it out.
+    #[test]
+    fn calls_on_the_wire() {
+        let e: WorkerEvent = serde_json::from_str(
+            r#"{"type":"call","request_id":"c1","agent":"researcher","session_id":"s2","content":"look"}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            matches!(&e, WorkerEvent::Call(c) if c.agent == "researcher" && c.attachments.is_empty())
+        );
+        let r: ClaimRequest = serde_json::from_str(r#"{"worker_id":"w","agents":["a","b"]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            r.agents.as_deref(),
+            Some(&["a".to_string(), "b".to_string()][..])
+        );
+        let v1: ClaimedTurn = serde_json::from_value(serde_json::json!({
+            "turn_id": "t", "session_id": "s", "history": [],
+            "lease": {"token": "l", "expires_at": 1},
+            "user_message": {"message_id": "m", "client_message_id": null, "role": "user",
+                "content": "c", "status": "complete", "turn_id": "t", "created_at": 0,
+                "event_id": "e-1"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((v1.agent.as_str(), v1.called_by), ("default", None));
+    }
+
     #[test]
     fn claim_defaults() {
         let r: ClaimRequest =

@@ -40,7 +40,7 @@ pub enum Error {
     SessionBusy,
     /// A call (v1.3) refused: nothing of it, nor of the batch it came in, was written.
     #[error("call refused: {0}")]
-    CallRefused(crate::journal::CallRefusal),
+    CallRefused(turnstream_protocol::call::CallRefusal),
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("resync required: {}", .0.as_str())]

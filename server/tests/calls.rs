@@ -293,6 +293,14 @@ async fn each_end_of_the_child_reaches_the_caller() -> TestResult {
     let s = worker_server(&["--worker-lease-secs", "1"])?;
 
     let (caller, child) = waiting_call(&s, "f1", "f2").await?;
+    // Nobody but the child's end answers a call.
+    let (st, body) = s
+        .post_json(
+            &format!("/api/turns/{caller}/input"),
+            &json!({"request_id": "c1", "text": "me instead"}),
+        )
+        .await?;
+    assert_eq!((st, code(&body)), (400, "invalid_input"), "{body}");
     child.events(&s, 0, json!([response("half")])).await?;
     assert_eq!(child.fail(&s, 1, "no network").await?.0, 200);
     let a = until_answered(&s, &caller, "c1").await?;
@@ -442,6 +450,11 @@ async fn cycles_depth_and_bad_targets_are_refused() -> TestResult {
     let (st, body) = caller
         .events(&s, 0, json!([call_event("c", "ok", "t", "  ")]))
         .await?;
+    assert_eq!((st, code(&body)), (422, "invalid_body"), "{body}");
+    // A call is opened with `call`, not as a request of kind agent_call.
+    let forged = json!([{"type": "input_requested", "request_id": "f", "kind": "agent_call",
+        "call": {"agent": "x", "session_id": "t", "turn_id": "turn_x", "message_id": "msg_x"}}]);
+    let (st, body) = caller.events(&s, 0, forged).await?;
     assert_eq!((st, code(&body)), (422, "invalid_body"), "{body}");
     assert!(s.turn(&top).await?.requests.is_empty(), "nothing written");
     assert_eq!(s.turn(&top).await?.text, "");
@@ -656,5 +669,33 @@ async fn a_caller_waiting_on_a_dead_node_is_answered_and_continues_on_another() 
         two.wait_turn_end(&caller_turn).await?.state,
         TurnState::Completed
     );
+    Ok(())
+}
+
+/// With built-in agents too: cancelling a waiting caller cancels its running child (on
+/// whichever node runs it), once.
+#[tokio::test]
+async fn cancelling_a_demo_caller_cancels_its_running_child() -> TestResult {
+    let s = TestServer::start(&[])?;
+    let sent = s
+        .send("dc1", "/call researcher dc2 /sleep 60000 never")
+        .await?;
+    let child = wait_for(|| async {
+        let t = s.turn(&sent.turn_id).await?;
+        Ok(t.requests.first().and_then(|r| r.call.clone()))
+    })
+    .await?
+    .turn_id;
+    until_state(&s, &child, TurnState::Running).await?;
+    until_state(&s, &sent.turn_id, TurnState::Waiting).await?;
+    let (st, body) = s.cancel(&sent.turn_id).await?;
+    assert_eq!((st, &body["state"]), (200, &json!("cancelled")), "{body}");
+    assert_eq!(s.wait_turn_end(&child).await?.state, TurnState::Cancelled);
+    let events = journal_of(&s, "dc2").await?;
+    assert_eq!(count(&events, &child, "turn_ended"), 1);
+    // The caller's request was closed with it: the child's end answered nothing.
+    let events = journal_of(&s, "dc1").await?;
+    assert_eq!(count(&events, &sent.turn_id, "input_given"), 0);
+    assert_eq!(count(&events, &sent.turn_id, "turn_ended"), 1);
     Ok(())
 }

@@ -105,7 +105,9 @@ impl From<Error> for AppError {
             }
             Error::CallRefused(refusal) => {
                 let status = match refusal {
-                    crate::journal::CallRefusal::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    turnstream_protocol::call::CallRefusal::Invalid(_) => {
+                        StatusCode::UNPROCESSABLE_ENTITY
+                    }
                     _ => StatusCode::CONFLICT,
                 };
                 AppError::new(status, refusal.code(), refusal.to_string())

@@ -8,7 +8,8 @@
 //! turn does.
 
 use turnstream_protocol::call::{
-    is_valid_agent, ANSWERED_BY_TURN_PREFIX, CALLER_AUTHOR_PREFIX, MAX_AGENT_LEN, MAX_CALL_DEPTH,
+    is_valid_agent, CallRefusal, ANSWERED_BY_TURN_PREFIX, CALLER_AUTHOR_PREFIX, MAX_AGENT_LEN,
+    MAX_CALL_DEPTH,
 };
 use turnstream_protocol::limits::{is_valid_id, MAX_ACTIVE_TURNS_PER_SESSION, MAX_CONTENT_BYTES};
 use turnstream_protocol::{
@@ -30,42 +31,6 @@ pub struct NewCall {
     pub session_id: String,
     pub content: String,
     pub attachments: Vec<Attachment>,
-}
-
-/// Why a call was refused; nothing of it (nor of the batch it came in) is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallRefusal {
-    /// The target session is on the caller's own chain: the call would wait on itself.
-    Cycle,
-    /// The child would be more than [`MAX_CALL_DEPTH`] calls deep.
-    DepthExceeded,
-    /// An empty or malformed target (agent, session or content).
-    Invalid(String),
-}
-
-impl CallRefusal {
-    /// The stable error code: `call_cycle`, `call_depth_exceeded`, `invalid_body`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            CallRefusal::Cycle => "call_cycle",
-            CallRefusal::DepthExceeded => "call_depth_exceeded",
-            CallRefusal::Invalid(_) => "invalid_body",
-        }
-    }
-}
-
-impl std::fmt::Display for CallRefusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallRefusal::Cycle => f.write_str(
-                "the target session is on the caller's own chain of calls: the call would wait on itself",
-            ),
-            CallRefusal::DepthExceeded => {
-                write!(f, "a chain of calls is at most {MAX_CALL_DEPTH} calls deep")
-            }
-            CallRefusal::Invalid(why) => f.write_str(why),
-        }
-    }
 }
 
 impl NewCall {

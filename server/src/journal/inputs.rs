@@ -5,8 +5,6 @@
 //! queued turn, on whichever server or worker comes first. A turn whose run ended with requests
 //! open is parked `waiting`, holding no lease and no slot.
 
-use std::sync::atomic::Ordering;
-
 use turnstream_protocol::input::{MAX_REQUESTS_PER_TURN, TIMED_OUT_ANSWER};
 use turnstream_protocol::worker::{Answer, Continuation, WorkerEvent};
 use turnstream_protocol::{
@@ -373,41 +371,6 @@ impl Journal {
         let turn = turn.clone();
         self.read(move |conn, _| fold_turn(conn, &turn, i64::MAX))
             .await
-    }
-
-    /// Ends a turn nothing runs now (`queued`, a continuation, or `waiting`) in `state`, with
-    /// the text its earlier runs journaled. `false` if it is no longer idle.
-    pub async fn end_idle_turn(&self, turn_id: &str, state: TurnState) -> Result<bool> {
-        let turn_id = turn_id.to_string();
-        let ended = self
-            .write(move |ctx| {
-                let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
-                    return Err(Error::NotFound { what: "turn" });
-                };
-                if !matches!(turn.state, TurnState::Queued | TurnState::Waiting) {
-                    return Ok(false);
-                }
-                let text = if turn.resumes > 0 || turn.state == TurnState::Waiting {
-                    fold_turn(ctx.conn, &turn, i64::MAX)?.text
-                } else {
-                    String::new()
-                };
-                Ok(super::lifecycle::end_turn_in(
-                    ctx,
-                    &turn_id,
-                    state,
-                    text,
-                    None,
-                    &[TurnState::Queued, TurnState::Waiting],
-                    Vec::new(),
-                )?
-                .is_some())
-            })
-            .await?;
-        if ended {
-            self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(ended)
     }
 
     /// The session's turns in flight (queued, running or waiting) other than `except`, oldest

@@ -222,6 +222,41 @@ impl Journal {
         .await
     }
 
+    /// Ends a turn nothing runs now (`queued`, a continuation, or `waiting`) in `state`, with
+    /// the text its earlier runs journaled. `false` if it is no longer idle.
+    pub async fn end_idle_turn(&self, turn_id: &str, state: TurnState) -> Result<bool> {
+        let turn_id = turn_id.to_string();
+        let ended = self
+            .write(move |ctx| {
+                let Some(turn) = turn_by_id(ctx.conn, &turn_id)? else {
+                    return Err(Error::NotFound { what: "turn" });
+                };
+                if !matches!(turn.state, TurnState::Queued | TurnState::Waiting) {
+                    return Ok(false);
+                }
+                let text = if turn.resumes > 0 || turn.state == TurnState::Waiting {
+                    fold_turn(ctx.conn, &turn, i64::MAX)?.text
+                } else {
+                    String::new()
+                };
+                Ok(end_turn_in(
+                    ctx,
+                    &turn_id,
+                    state,
+                    text,
+                    None,
+                    &[TurnState::Queued, TurnState::Waiting],
+                    Vec::new(),
+                )?
+                .is_some())
+            })
+            .await?;
+        if ended {
+            self.metrics().turns_ended.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(ended)
+    }
+
     /// After a crash: every turn left `running` ends `interrupted` with its partial text (a
     /// worker's turn only once its lease expires: see [`Journal::expire_leases`]), unless
     /// its `turn_ended` is already journaled, in which case only the projection is repaired.

@@ -33,7 +33,7 @@ mod writer;
 
 pub use accept::{Accepted, Admission, NewMessage};
 pub use branches::Regenerated;
-pub use calls::{CallRefusal, NewCall};
+pub use calls::NewCall;
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
 pub use inputs::{Given, InputRefusal, Parked};

@@ -4,7 +4,8 @@
 //!
 //! The operations are declared here on bodiless functions rather than on the handlers, so the
 //! whole contract reads in one place and the handlers stay as they are; a test against the real
-//! binary keeps the route list in step with `docs/protocol.md`.
+//! binary keeps the route list in step with `docs/protocol.md`. The worker API's operations are
+//! in [`worker`].
 #![allow(dead_code)] // The functions below exist for their `#[utoipa::path]` attributes.
 
 use std::sync::OnceLock;
@@ -32,6 +33,8 @@ use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 use super::error::AppError;
 
+mod worker;
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -58,12 +61,12 @@ use super::error::AppError;
         healthz,
         readyz,
         metrics,
-        worker_claim,
-        worker_events,
-        worker_heartbeat,
-        worker_complete,
-        worker_fail,
-        worker_wait,
+        worker::worker_claim,
+        worker::worker_events,
+        worker::worker_heartbeat,
+        worker::worker_complete,
+        worker::worker_fail,
+        worker::worker_wait,
     ),
     components(schemas(
         PostMessageRequest,
@@ -286,7 +289,7 @@ struct StatusBody {
         (status = 409, description = "`client_message_id_conflict`: the id was used with other content or attachments.", body = ErrorBody),
         (status = 413, description = "`body_too_large`, `content_too_large` (the content and the `data:` URLs of its attachments together).", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`.", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: JSON of the wrong shape.", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: JSON of the wrong shape, or (v1.3) a bad `agent`.", body = ErrorBody),
         (status = 429, description = "`too_many_active_turns`; `rate_limited` (with `Retry-After`).", body = ErrorBody),
         InternalError,
         StorageErrors,
@@ -558,107 +561,3 @@ mod tests {
         Ok(())
     }
 }
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/claim",
-    tag = "worker",
-    summary = "Claim the oldest queued turns (one per session), long-polling up to `wait_ms`.",
-    request_body = ClaimRequest,
-    responses(
-        (status = 200, description = "The claimed turns, each `running` under a lease (`[]` when none came in time).", body = ClaimResponse),
-        (status = 400, description = "`invalid_json`.", body = ErrorBody),
-        (status = 401, description = "`unauthorized`, `invalid_token`.", body = ErrorBody),
-        (status = 403, description = "`forbidden`: not a service key, or no auth configured.", body = ErrorBody),
-        (status = 404, description = "`not_found`: the server does not run `--agent worker`.", body = ErrorBody),
-        (status = 422, description = "`invalid_body`: wrong shape or a value out of range.", body = ErrorBody),
-        StorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_claim() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/events",
-    tag = "worker",
-    summary = "Append a claimed turn's output; `seq` makes retries safe.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = EventsRequest,
-    responses(
-        (status = 200, description = "Accepted (or already accepted: nothing appended twice).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`, `turn_ended`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        (status = 503, description = "`storage_unavailable` (with `Retry-After`): retry with the same `seq`.", body = ErrorBody),
-        (status = 507, description = "`storage_full` (with `Retry-After`).", body = ErrorBody),
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_events() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/heartbeat",
-    tag = "worker",
-    summary = "Renew the lease; answers the turn's state (a cancel shows here).",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = HeartbeatRequest,
-    responses(
-        (status = 200, description = "The lease renewed, and the turn's state.", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`.", body = ErrorBody),
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_heartbeat() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/complete",
-    tag = "worker",
-    summary = "End the turn `completed`; the reply is the response deltas accepted.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = CompleteRequest,
-    responses(
-        (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        LeasedStorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_complete() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/fail",
-    tag = "worker",
-    summary = "End the turn `failed` with an error; the text accepted so far is kept.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = FailRequest,
-    responses(
-        (status = 200, description = "The turn's end (the same answer when repeated).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        LeasedStorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_fail() {}
-
-#[utoipa::path(
-    post,
-    path = "/api/worker/turns/{turn}/wait",
-    tag = "worker",
-    summary = "End the lease after `input_requested` events (v1.2): the turn waits; once answered it is claimable again, with a `continuation`.",
-    params(("turn" = String, Path, description = "Turn id.")),
-    request_body = WaitRequest,
-    responses(
-        (status = 200, description = "`state` is `waiting`, or `running` when every request was answered already (claim it again).", body = WorkerAck),
-        LeasedTurnErrors,
-        (status = 409, description = "`lease_lost`, `turn_cancelled`; `seq_gap` with `acked_seq`.", body = SeqGapBody),
-        LeasedStorageErrors,
-    ),
-    security(("service_key" = [])),
-)]
-fn worker_wait() {}
