@@ -3,8 +3,8 @@
 // waits, continued by a new process; claims of some agents only; a
 // planner continued by another process, whose call answers at once on replay; a child that
 // ends before the caller's `wait`; refused calls; three calls at once, each child's end
-// (completed, failed, cancelled) reaching the caller; and chains of calls, a cycle and one too
-// deep refused with their codes.
+// (completed, failed, cancelled) reaching the caller; chains of calls, a cycle and one too deep
+// refused with their codes; and a call into a full session (429) sent again until it fits.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -291,5 +291,48 @@ test("a chain of calls: A -> B -> A is a cycle, and the ninth call down is refus
     assert.equal(cycle.text, "call_cycle+");
   } finally {
     await worker.stop();
+  }
+});
+
+test("a call into a session full of turns (429) is sent again until it fits", async () => {
+  const small = await startServer(); // a session of its own, filled with turns nobody serves
+  try {
+    const api = small.api;
+    const queued = async (session, content, agent) => {
+      const { status, body } = await api("POST", `/sessions/${session}/messages`, { content, agent });
+      assert.equal(status, 202, JSON.stringify(body));
+      return body.turn_id;
+    };
+    // A session takes a call's child behind at most 64 turns in flight.
+    const full = [];
+    for (let i = 0; i < 64; i += 1) full.push(await queued("full", `turn ${i}`, "nobody"));
+    const turnId = await queued("caller", "call into full", "planner");
+    const tries = [];
+    const recording = async (url, init) => {
+      const res = await fetch(url, init);
+      if (String(url).endsWith("/events") && init.body.includes('"type":"call"')) tries.push(res.status);
+      return res;
+    };
+    const client = new WorkerClient({ baseUrl: small.url, serviceKey: SERVICE_KEY, workerId: "node-full", retryMs: 50, fetch: recording });
+    const plan = serve(async (turn) => {
+      const found = await turn.call({ agent: "nobody", session: "full", content: "three" });
+      turn.response(found.state);
+    }, ["planner"], null, client);
+    try {
+      await small.waitTurn(turnId, () => tries.length >= 2, "two refused sends of the call");
+      assert.deepEqual(tries.slice(0, 2), [429, 429]);
+      assert.equal((await api("GET", `/turns/${turnId}`)).body.requests, undefined, "nothing journaled yet");
+      assert.equal((await api("POST", `/turns/${full[0]}/cancel`)).status, 200);
+      const waiting = await small.waitOpenRequests(turnId);
+      assert.equal(tries[tries.length - 1], 200, "the call went in once there was room");
+      assert.equal((await api("POST", `/turns/${waiting.requests[0].call.turn_id}/cancel`)).status, 200);
+      const info = await small.waitTurnEnd(turnId);
+      assert.equal(info.state, "completed", JSON.stringify(info));
+      assert.equal(info.text, "cancelled");
+    } finally {
+      await plan.stop();
+    }
+  } finally {
+    small.stop();
   }
 });

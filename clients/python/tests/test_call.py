@@ -3,8 +3,8 @@ binary: the planner/researcher example as two worker processes, and its planner 
 it waits, continued by a new process; claims of some agents only; a planner continued by
 another loop, whose call returns at once on replay; a child that ends before the caller's
 `wait`; refused calls (threads and asyncio); three calls at once (asyncio.gather), each child's
-end (completed, failed, cancelled) reaching the caller; and chains of calls, a cycle and one
-too deep refused with their codes."""
+end (completed, failed, cancelled) reaching the caller; chains of calls, a cycle and one too
+deep refused with their codes; and a call into a full session sent again until it fits."""
 
 import asyncio
 import os
@@ -239,6 +239,47 @@ class CallTest(unittest.TestCase):
             self.assertEqual(info["text"], "call_cycle+")
         finally:
             worker.stop()
+
+    def test_a_call_into_a_full_session_is_sent_again_until_it_fits(self):
+        server = Server()  # a session of its own, filled with turns nobody serves
+        tries = []
+
+        class Counting(WorkerClient):
+            def post(self, path, body, timeout=90):
+                is_call = path.endswith("/events") and body["events"][0]["type"] == "call"
+                try:
+                    ack = super().post(path, body, timeout)
+                except WorkerApiError as err:
+                    if is_call:
+                        tries.append(err.status)
+                    raise
+                if is_call:
+                    tries.append(200)
+                return ack
+
+        def calling(turn):
+            turn.response(turn.call(agent="nobody", session="pyfull", content="one more")["state"])
+
+        try:
+            # A session takes a call's child behind at most 64 turns in flight.
+            full = [server.post("pyfull", f"turn {i}", agent="nobody") for i in range(64)]
+            turn_id = server.post("pycaller", "call into pyfull", agent="planner")
+            client = Counting(server.url, SERVICE_KEY, worker_id="py-full", retry_ms=50)
+            plan = Worker(server, calling, ["planner"], None, client=client)
+            try:
+                server.wait_turn(turn_id, lambda _: len(tries) >= 2, "two refused sends")
+                self.assertEqual(tries[:2], [429, 429])
+                self.assertEqual(server.api("POST", f"/turns/{full[0]}/cancel")[0], 200)
+                waiting = server.wait_open_requests(turn_id)
+                self.assertEqual(tries[-1], 200, "the call went in once there was room")
+                child = waiting["requests"][0]["call"]["turn_id"]
+                self.assertEqual(server.api("POST", f"/turns/{child}/cancel")[0], 200)
+                info = server.wait_turn_end(turn_id)
+                self.assertEqual((info["state"], info["text"]), ("completed", "cancelled"), info)
+            finally:
+                plan.stop()
+        finally:
+            server.stop()
 
     def refusing(self, outcomes):
         def handler(turn):
