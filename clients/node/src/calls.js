@@ -8,8 +8,8 @@ import { WorkerApiError } from "./errors.js";
 export const CALL_KIND = "agent_call";
 
 /**
- * A call the server refused (`409 call_cycle`, `409 call_depth_exceeded`, `422` for an unknown
- * or empty target): `code` says which. Nothing of its batch was journaled and the turn goes on;
+ * A call the server refused (`409 call_cycle`, `409 call_depth_exceeded`, `422` for an empty
+ * or malformed target): `code` says which. Nothing of its batch was journaled and the turn goes on;
  * a handler that does not catch it fails its turn with the message.
  */
 export class CallRefused extends WorkerApiError {

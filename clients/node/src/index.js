@@ -208,7 +208,7 @@ export class TurnHandle {
    * to its result `{ turn_id, state, text, error? }` (`state` is the called turn's end:
    * `completed`, `failed`, `cancelled` or `interrupted`). The turn waits for it as for an ask,
    * and continues the same way (see `request`). Rejects with CallRefused (`code`
-   * `call_cycle`, `call_depth_exceeded`, or a `422`'s) when the server refuses the call; the
+   * `call_cycle`, `call_depth_exceeded` or `invalid_body`) when the server refuses the call; the
    * turn then goes on. Several calls at once (`Promise.all`) run at once.
    */
   call(call = {}) {

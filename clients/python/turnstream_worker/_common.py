@@ -22,8 +22,8 @@ class WorkerApiError(Exception):
 
 
 class CallRefused(WorkerApiError):
-    """A call the server refused (409 call_cycle, 409 call_depth_exceeded, 422 for an unknown
-    or empty target): `code` says which. Nothing of its batch was journaled and the turn goes
+    """A call the server refused (409 call_cycle, 409 call_depth_exceeded, 422 for an empty
+    or malformed target): `code` says which. Nothing of its batch was journaled and the turn goes
     on; a handler that does not catch it fails its turn with the message."""
 
     def __init__(self, err, request_id):

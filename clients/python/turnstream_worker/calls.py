@@ -49,7 +49,7 @@ def is_call(event):
 
 def refuses_call(err):
     """Whether the server's refusal of a batch holding only a call is a refusal of that call:
-    409 call_cycle / call_depth_exceeded, or 422 (an unknown or empty target)."""
+    409 call_cycle / call_depth_exceeded, or 422 (an empty or malformed target)."""
     status = getattr(err, "status", None)
     code = str(getattr(err, "code", ""))
     return status == 422 or (status == 409 and code.startswith("call_"))

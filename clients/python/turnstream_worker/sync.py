@@ -156,7 +156,8 @@ class Turn(_Lease):
         "error"?} (`state` is how the called turn ended: completed, failed, cancelled or
         interrupted). The fields may also come as one dict. The turn waits as for an ask, and
         continues the same way (see `request`). Raises CallRefused (`code` call_cycle,
-        call_depth_exceeded, or a 422's) when the server refuses the call; the turn goes on."""
+        call_depth_exceeded or invalid_body) when the server refuses the call; the turn goes
+        on."""
         f = call_fields(agent, session, content, attachments, request_id)
         given, rid = self._take_call(f["agent"], f["session"], f["content"], f["attachments"],
                                      f["request_id"])
