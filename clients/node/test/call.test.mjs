@@ -109,8 +109,9 @@ test("claim({agents}) hands out only those agents' turns; no agents, every agent
   const client = new WorkerClient({ baseUrl: server.url, serviceKey: SERVICE_KEY, workerId: "node-agents" });
   const got = await client.claim({ agents: ["researcher"], waitMs: 0, maxTurns: 8 });
   assert.deepEqual(got.map((t) => [t.turnId, t.agent, t.calledBy]), [[research, "researcher", null]]);
-  const rest = await client.claim({ waitMs: 0, maxTurns: 8 });
-  assert.deepEqual(rest.map((t) => [t.turnId, t.agent]).sort(), [[plain, "default"], [plan, "planner"]].sort());
+  const rest = await client.claim({ waitMs: 0, maxTurns: 8 }); // (and any other test's left queued)
+  const agents = new Map(rest.map((t) => [t.turnId, t.agent]));
+  assert.deepEqual([agents.get(plain), agents.get(plan)], ["default", "planner"]);
   for (const t of [...got, ...rest]) await t.complete();
   await assert.rejects(client.claim({ agents: [], waitMs: 0 }), TypeError);
   await assert.rejects(client.claim({ agents: ["Not A Name"], waitMs: 0 }), (err) => err.status === 422);

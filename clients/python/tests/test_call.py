@@ -138,9 +138,9 @@ class CallTest(unittest.TestCase):
         got = client.claim(wait_ms=0, max_turns=8, agents=["researcher"])
         self.assertEqual([(t.turn_id, t.agent, t.called_by) for t in got],
                          [(research, "researcher", None)])
-        rest = client.claim(wait_ms=0, max_turns=8)
-        self.assertEqual(sorted((t.turn_id, t.agent) for t in rest),
-                         sorted([(plain, "default"), (plan, "planner")]))
+        rest = client.claim(wait_ms=0, max_turns=8)  # (and any other test's left queued)
+        self.assertLessEqual({(plain, "default"), (plan, "planner")},
+                             {(t.turn_id, t.agent) for t in rest})
         for t in got + rest:
             t.complete()
         with self.assertRaises(ValueError):
