@@ -1,6 +1,9 @@
 // What a turn handler asks (contract v1.2) and how a continuation replays it: the
 // `input_requested` event an ask journals, and the bookkeeping that lets a handler run again
-// from its start in another process and meet, ask by ask, the answers given meanwhile.
+// from its start in another process and meet, ask by ask, the answers given meanwhile. A call
+// of another agent (v1.3, `calls.js`) is a request too, answered when the called turn ends.
+
+import { CALL_KIND, isCall, isRequest } from "./calls.js";
 
 /** The kinds of request an agent may open. */
 export const KINDS = ["approval", "client_tool", "question"];
@@ -48,8 +51,17 @@ export function sameJson(a, b) {
   return ka.length === kb.length && ka.every((k) => Object.hasOwn(b, k) && sameJson(a[k], b[k]));
 }
 
-/** What identifies an ask: its kind, tool (name and input), prompt and options. */
-function essence(event) {
+/**
+ * What identifies an ask: its kind, tool (name and input), prompt and options; for a call its
+ * agent and session, and its content when the journaled one (`recorded`) says it.
+ */
+function essence(event, recorded = event) {
+  if (isCall(event)) {
+    const call = { kind: CALL_KIND, agent: event.agent ?? event.call?.agent ?? null };
+    call.session_id = event.session_id ?? event.call?.session_id ?? null;
+    if (recorded.content !== undefined) call.content = event.content ?? null;
+    return call;
+  }
   return {
     kind: event.kind,
     tool: event.tool ? { name: event.tool.name, input: event.tool.input ?? null } : null,
@@ -93,7 +105,7 @@ export class Asks {
     this.script = script(continuation?.events ?? []);
     this.at = 0; // the next item of the script the handler is expected to produce
     this.offset = 0; // how much of a text item it has produced
-    for (const e of this.script) if (e.type === "input_requested") this.recorded.set(e.request_id, e);
+    for (const e of this.script) if (isRequest(e)) this.recorded.set(e.request_id, e);
     this.addAnswers(continuation?.answers ?? []);
   }
 
@@ -137,6 +149,11 @@ export class Asks {
     for (const a of answers) if (!this.answers.has(a.request_id)) this.answers.set(a.request_id, a);
   }
 
+  /** Forgets a request the server refused (a call): nothing of it was journaled. */
+  forget(requestId) {
+    this.recorded.delete(requestId);
+  }
+
   /** The id of the next ask: `requestId` when given, else `ask-<n>`. */
   nextId(requestId) {
     this.count += 1;
@@ -157,8 +174,8 @@ export class Asks {
       this.recorded.set(id, event);
       return { recorded: false };
     }
-    if (!sameJson(essence(recorded), essence(event))) {
-      throw new ContinuationMismatch(id, essence(recorded), essence(event));
+    if (!sameJson(essence(recorded), essence(event, recorded))) {
+      throw new ContinuationMismatch(id, essence(recorded), essence(event, recorded));
     }
     // The replay goes on after this ask (output the handler left out before it is skipped).
     const index = this.script.indexOf(recorded);

@@ -1,21 +1,16 @@
-// turnstream-worker: a client of turnstream's worker API (contract v1.2) for Node 18+, with no
-// dependencies beyond the platform's fetch. Claim turns, stream their output through a turn
-// handle (batched, retried with the same seq, lease renewed), ask a person or the browser and
-// wait for the answer (`requestApproval`, `requestClientTool`, `ask`), and end them.
+// turnstream-worker: a client of turnstream's worker API (contract v1.3) for Node 18+, with no
+// dependencies beyond the platform's fetch. Claim turns (of some agents or all), stream their
+// output through a turn handle (batched, retried with the same seq, lease renewed), ask a
+// person or the browser and wait for the answer (`requestApproval`, `requestClientTool`,
+// `ask`), call another agent and wait for its turn's end (`call`), and end them.
 
 import { Asks, requestEvent } from "./asks.js";
+import { CallRefused, batches, callEvent, isRequest, refusesCall } from "./calls.js";
+import { WorkerApiError } from "./errors.js";
 
 export { ContinuationMismatch, requestEvent } from "./asks.js";
-
-/** A refusal from the server, in its `{"error": {"code", "message"}}` shape. */
-export class WorkerApiError extends Error {
-  constructor(status, code, message, body) {
-    super(`${status} ${code}: ${message}`);
-    this.status = status;
-    this.code = code;
-    this.body = body;
-  }
-}
+export { CallRefused, callEvent } from "./calls.js";
+export { WorkerApiError } from "./errors.js";
 
 /**
  * An ask that will not be answered in this run of the handler: the turn waits for its answer
@@ -70,23 +65,32 @@ export class WorkerClient {
     return json;
   }
 
-  /** Claims up to `maxTurns` turns, waiting up to `waitMs` for one: the claim's raw turns. */
-  async claimRaw({ waitMs = 30000, maxTurns = 1, signal } = {}) {
-    const body = await this.post(
-      "/claim",
-      { worker_id: this.workerId, wait_ms: waitMs, max_turns: maxTurns },
-      signal,
-    );
-    return body.turns;
+  /**
+   * Claims up to `maxTurns` turns, waiting up to `waitMs` for one: the claim's raw turns. With
+   * `agents` (names), only turns of those agents; without, turns of every agent.
+   */
+  async claimRaw({ waitMs = 30000, maxTurns = 1, agents, signal } = {}) {
+    const body = { worker_id: this.workerId, wait_ms: waitMs, max_turns: maxTurns };
+    if (agents !== undefined && agents !== null) body.agents = agentNames(agents);
+    return (await this.post("/claim", body, signal)).turns;
   }
 
   /**
-   * Claims up to `maxTurns` turns, waiting up to `waitMs` for one. Resolves to turn handles
-   * (possibly none); a turn that waited for input and was answered has `continuation`.
+   * Claims up to `maxTurns` turns (of `agents`, when given), waiting up to `waitMs` for one.
+   * Resolves to turn handles (possibly none); a turn that waited for input and was answered
+   * has `continuation`.
    */
   async claim(options) {
     return (await this.claimRaw(options)).map((t) => new TurnHandle(this, t));
   }
+}
+
+/** `agents` as the claim sends it: a non-empty array of names (the server judges the names). */
+function agentNames(agents) {
+  if (!Array.isArray(agents) || agents.length === 0 || !agents.every((a) => typeof a === "string")) {
+    throw new TypeError("`agents` is a non-empty array of agent names");
+  }
+  return agents;
 }
 
 /** Whether a failed request is worth sending again with the same seq. */
@@ -102,7 +106,8 @@ function retryable(err) {
  *
  * A turn claimed again after it waited for input carries `continuation` (the raw claim field)
  * and `answers` (request id -> answer); its handler runs again from the start and replays: see
- * `request`.
+ * `request`. `agent` names the agent the turn is for (`default` unless the message named one);
+ * a turn another agent called has `calledBy` (`{turn_id, session_id, request_id}`).
  */
 export class TurnHandle {
   constructor(client, turn) {
@@ -111,6 +116,8 @@ export class TurnHandle {
     this.sessionId = turn.session_id;
     this.userMessage = turn.user_message;
     this.history = turn.history;
+    this.agent = turn.agent ?? "default";
+    this.calledBy = turn.called_by ?? null;
     this.continuation = turn.continuation ?? null;
     this.asks = new Asks(this.continuation);
     this.open = new Map(); // request id -> {resolve, reject} of asks waiting in this process
@@ -164,7 +171,7 @@ export class TurnHandle {
 
   push(event) {
     // Replayed output is in the journal already (the run that asked sent it).
-    if (this.signal.aborted || (event.type !== "input_requested" && this.asks.replayed(event))) return;
+    if (this.signal.aborted || (!isRequest(event) && this.asks.replayed(event))) return;
     this.pending.push(event);
     if (!this.timer) {
       this.timer = setTimeout(() => {
@@ -196,6 +203,19 @@ export class TurnHandle {
   }
 
   /**
+   * Calls another agent (v1.3): `{ agent, session, content, attachments?, requestId? }` posts
+   * `content` as a message for `agent` in session `session` and resolves, once that turn ends,
+   * to its result `{ turn_id, state, text, error? }` (`state` is the called turn's end:
+   * `completed`, `failed`, `cancelled` or `interrupted`). The turn waits for it as for an ask,
+   * and continues the same way (see `request`). Rejects with CallRefused (`code`
+   * `call_cycle`, `call_depth_exceeded` or `invalid_body`) when the server refuses the call; the
+   * turn then goes on. Several calls at once (`Promise.all`) run at once.
+   */
+  call(call = {}) {
+    return this.openRequest(() => callEvent(this.asks.nextId(call.requestId), call));
+  }
+
+  /**
    * Opens a request of `kind` and resolves to its answer. The request is journaled with the
    * output before it; the turn then waits, holding no lease, and this promise resolves when
    * this process claims the turn again (`runWorker` does). Where another process continues the
@@ -204,11 +224,16 @@ export class TurnHandle {
    * the last of them is not sent again. Ask several at once with `Promise.all`.
    */
   request(kind, ask = {}) {
+    return this.openRequest(() => requestEvent(kind, this.asks.nextId(ask.requestId), ask));
+  }
+
+  /** Opens the request `build()` makes (an ask or a call) and resolves to its answer. */
+  openRequest(build) {
     let event;
     let taken;
     try {
       if (this.error) throw this.error;
-      event = requestEvent(kind, this.asks.nextId(ask.requestId), ask);
+      event = build();
       taken = this.asks.take(event);
     } catch (err) {
       return Promise.reject(err);
@@ -230,9 +255,11 @@ export class TurnHandle {
     if (this.suspended) return this.chain;
     clearTimeout(this.timer);
     this.timer = null;
-    if (this.pending.length > 0) {
-      const events = this.pending.splice(0);
-      this.chain = this.chain.then(() => this.send("/events", (seq) => ({ seq, events })));
+    for (const batch of batches(this.pending.splice(0))) {
+      const send = batch.call
+        ? () => this.sendCall(batch.call)
+        : () => this.send("/events", (seq) => ({ seq, events: batch.events }));
+      this.chain = this.chain.then(send);
     }
     if (this.waitWanted) {
       this.waitWanted = false;
@@ -241,9 +268,31 @@ export class TurnHandle {
     return this.chain;
   }
 
+  /**
+   * Sends a call's batch (the call alone). A refusal of the call rejects its promise only:
+   * nothing was journaled, the seq stays, and the turn goes on.
+   */
+  async sendCall(event) {
+    try {
+      await this.send("/events", (seq) => ({ seq, events: [event] }), event.request_id);
+    } catch (err) {
+      if (!(err instanceof CallRefused)) throw err;
+      this.asks.forget(event.request_id);
+      const waiter = this.open.get(event.request_id);
+      this.open.delete(event.request_id);
+      waiter?.reject(err);
+    }
+  }
+
   /** Ends the lease; the turn waits for the open asks' answers. */
   async wait() {
     if (this.open.size === 0 || this.suspended) return;
+    // Events pushed since this wait was queued (a handler that went on after a refused call
+    // and asked again) go first: the flush their push scheduled sends them, then waits.
+    if (this.pending.length > 0) {
+      this.waitWanted = true;
+      return;
+    }
     await this.send("/wait", (seq) => ({ seq }));
     this.suspended = true;
     clearInterval(this.heartbeatTimer);
@@ -274,8 +323,12 @@ export class TurnHandle {
     this.open.clear();
   }
 
-  /** Sends a request with the next seq, retrying it (same seq) until answered. */
-  async send(path, body) {
+  /**
+   * Sends a request with the next seq, retrying it (same seq) until answered. With `callId`
+   * (the batch is that call alone), a refusal of the call throws CallRefused and leaves the
+   * turn as it was.
+   */
+  async send(path, body, callId) {
     if (this.error) throw this.error;
     const seq = this.seq;
     let wait = this.client.retryMs;
@@ -294,6 +347,7 @@ export class TurnHandle {
           wait = Math.min(wait * 2, 5000);
           continue;
         }
+        if (callId !== undefined && refusesCall(err)) throw new CallRefused(err, callId);
         this.stop(err);
         throw err;
       }
@@ -354,7 +408,7 @@ export class TurnHandle {
 
 /**
  * Claims turns and runs `handler(turn)` for each until `signal` fires, up to `concurrency`
- * turns holding a lease at once. A handler that returns completes its turn (unless it already
+ * turns holding a lease at once; with `agents` (names), only turns of those agents. A handler that returns completes its turn (unless it already
  * ended it); one that throws fails it with the error's message; a cancelled turn's handler
  * sees `turn.signal` fire.
  *
@@ -367,8 +421,9 @@ export class TurnHandle {
 export async function runWorker(
   client,
   handler,
-  { concurrency = 4, waitMs = 30000, suspendMs = 15 * 60 * 1000, signal } = {},
+  { concurrency = 4, waitMs = 30000, suspendMs = 15 * 60 * 1000, agents, signal } = {},
 ) {
+  if (agents !== undefined && agents !== null) agentNames(agents);
   const jobs = new Set();
   const suspended = new Map(); // turn id -> {turn, timer}
   let active = 0; // turns holding a lease
@@ -416,6 +471,7 @@ export async function runWorker(
     job.finally(() => jobs.delete(job));
   };
 
+  let refused = null;
   signal?.addEventListener("abort", changed);
   while (!signal?.aborted) {
     const free = concurrency - active;
@@ -425,9 +481,14 @@ export async function runWorker(
     }
     let turns;
     try {
-      turns = await client.claimRaw({ waitMs, maxTurns: free, signal });
+      turns = await client.claimRaw({ waitMs, maxTurns: free, agents, signal });
     } catch (err) {
       if (signal?.aborted) break;
+      // A claim the server finds malformed (a bad agent name) fails the same way every time.
+      if (err instanceof WorkerApiError && err.status === 422) {
+        refused = err;
+        break;
+      }
       await sleep(client.retryMs);
       continue;
     }
@@ -445,4 +506,5 @@ export async function runWorker(
   }
   for (const turnId of [...suspended.keys()]) letGo(turnId, "the worker stopped");
   await Promise.allSettled(jobs);
+  if (refused) throw refused;
 }

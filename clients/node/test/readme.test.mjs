@@ -1,6 +1,6 @@
 // The README's snippets, against the real server binary: the quick start runs as written (with
-// this server's URL and key), and the ask handler it shows is the example's, which
-// ask.test.mjs runs.
+// this server's URL and key), the ask handler it shows is the example's, which ask.test.mjs
+// runs, and so are the planner and researcher it shows, which call.test.mjs runs.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -43,4 +43,11 @@ test("the ask handler shown is the example's, which the tests run", () => {
   const region = /\/\/ README: begin\n([\s\S]*?)\/\/ README: end\n/.exec(example)?.[1];
   assert.ok(region, "the example marks the README's region");
   assert.ok(blocks.includes(region), "README.md shows the example's handler as it is");
+});
+
+test("the planner and researcher shown are the example's, which the tests run", () => {
+  const example = readFileSync(join(root, "examples/planner-researcher.mjs"), "utf8");
+  const region = /\/\/ README: begin\n([\s\S]*?)\/\/ README: end\n/.exec(example)?.[1];
+  assert.ok(region, "the example marks the README's region");
+  assert.ok(blocks.includes(region), "README.md shows the example's handlers as they are");
 });

@@ -47,8 +47,10 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
-    def post(self, session, content):
-        status, body = self.api("POST", f"/sessions/{session}/messages", {"content": content})
+    def post(self, session, content, agent=None):
+        """Posts a user message (for `agent`, when given): its turn's id."""
+        message = {"content": content} if agent is None else {"content": content, "agent": agent}
+        status, body = self.api("POST", f"/sessions/{session}/messages", message)
         assert status == 202, (status, body)
         return body["turn_id"]
 

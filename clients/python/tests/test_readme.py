@@ -1,6 +1,6 @@
 """The README's snippets, against the real server binary: the quick start runs as written (with
-this server's URL and key), and the ask handler it shows is the example's, which test_ask.py
-runs."""
+this server's URL and key), the ask handler it shows is the example's, which test_ask.py runs,
+and so are the planner and researcher it shows, which test_call.py runs."""
 
 import json
 import os
@@ -43,6 +43,11 @@ class ReadmeTest(unittest.TestCase):
 
     def test_the_ask_handler_shown_is_the_example_one(self):
         with open(os.path.join(ROOT, "examples", "ask_worker.py")) as f:
+            region = re.search(r"# README: begin\n(.*?)# README: end\n", f.read(), re.S).group(1)
+        self.assertIn(region, BLOCKS)
+
+    def test_the_planner_and_researcher_shown_are_the_example_ones(self):
+        with open(os.path.join(ROOT, "examples", "planner_researcher.py")) as f:
             region = re.search(r"# README: begin\n(.*?)# README: end\n", f.read(), re.S).group(1)
         self.assertIn(region, BLOCKS)
 

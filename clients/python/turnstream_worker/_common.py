@@ -1,12 +1,13 @@
 """What the threaded and the asyncio clients share: the errors they raise (WorkerApiError,
-TurnSuspended), which failures are retried, and _Lease, the turn handle's ids, seq, asks and
-requests' outcome that Turn and AsyncTurn build on.
+CallRefused, TurnSuspended), which failures are retried, and _Lease, the turn handle's ids, seq,
+asks, calls and requests' outcome that Turn and AsyncTurn build on.
 """
 
 import time
 import urllib.error
 
 from .asks import Asks, request_event
+from .calls import batches, call_event, is_request, refuses_call
 
 
 class WorkerApiError(Exception):
@@ -16,7 +17,18 @@ class WorkerApiError(Exception):
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
+        self.detail = message
         self.body = body
+
+
+class CallRefused(WorkerApiError):
+    """A call the server refused (409 call_cycle, 409 call_depth_exceeded, 422 for an empty
+    or malformed target): `code` says which. Nothing of its batch was journaled and the turn goes
+    on; a handler that does not catch it fails its turn with the message."""
+
+    def __init__(self, err, request_id):
+        WorkerApiError.__init__(self, err.status, err.code, err.detail, err.body)
+        self.request_id = request_id
 
 
 class TurnSuspended(Exception):
@@ -45,6 +57,10 @@ class _Lease:
         self.session_id = turn["session_id"]
         self.user_message = turn["user_message"]
         self.history = turn["history"]
+        # The agent the turn is for ("default" unless its message named one); a turn another
+        # agent called says by whom: {"turn_id", "session_id", "request_id"}.
+        self.agent = turn.get("agent") or "default"
+        self.called_by = turn.get("called_by")
         self.continuation = turn.get("continuation")
         self.asks = Asks(self.continuation)
         self.suspended = False
@@ -77,14 +93,23 @@ class _Lease:
 
     def _replayed(self, event):
         # Replayed output is in the journal already (the run that asked sent it).
-        return event["type"] != "input_requested" and self.asks.replayed(event)
+        return not is_request(event) and self.asks.replayed(event)
 
     def _ask(self, kind, request_id, **fields):
         """Takes one ask: (answer, None) when the journal holds its answer, else (None, id)
         once its event is pending (or already journaled) and a wait is wanted."""
         if self.error is not None:
             raise self.error
-        event = request_event(kind, self.asks.next_id(request_id), **fields)
+        return self._take(request_event(kind, self.asks.next_id(request_id), **fields))
+
+    def _take_call(self, agent, session, content, attachments, request_id):
+        """Takes one call, as _ask takes an ask."""
+        if self.error is not None:
+            raise self.error
+        return self._take(call_event(self.asks.next_id(request_id), agent, session, content,
+                                     attachments))
+
+    def _take(self, event):
         recorded, given = self.asks.take(event)
         if given is not None:
             return given, None
@@ -124,8 +149,21 @@ class _Lease:
             elif err.code == "lease_lost":
                 self.state = "interrupted"
 
-    def _send_once(self, path, body):
-        """Sends with the next seq, retrying (same seq) while the failure is transient."""
+    def _send_events(self, events, refused):
+        """Sends `events` in batches, each call alone; a call the server refuses is handed to
+        `refused(request_id, CallRefused)` (nothing of it was journaled, the seq stays) and the
+        rest goes on."""
+        for call_id, batch in batches(events):
+            try:
+                self._send_once("/events", {"events": batch}, call_id)
+            except CallRefused as err:
+                self.asks.forget(call_id)
+                refused(call_id, err)
+
+    def _send_once(self, path, body, call_id=None):
+        """Sends with the next seq, retrying (same seq) while the failure is transient. With
+        `call_id` (the batch is that call alone), a refusal of the call raises CallRefused and
+        leaves the turn as it was."""
         if self.error is not None:
             raise self.error
         seq = self.seq
@@ -143,6 +181,8 @@ class _Lease:
                     time.sleep(wait)
                     wait = min(wait * 2, 5.0)
                     continue
+                if call_id is not None and refuses_call(err):
+                    raise CallRefused(err, call_id) from None
                 self._stopped(err)
                 raise
 

@@ -1,11 +1,12 @@
 """The asyncio client: AsyncWorkerClient (WorkerClient's requests run in threads), AsyncTurn
-(output sent by tasks, asks awaited) and run_worker_async.
+(output sent by tasks, asks and calls awaited) and run_worker_async.
 """
 
 import asyncio
 
-from ._common import TurnSuspended, _Lease
-from .sync import WorkerClient
+from ._common import TurnSuspended, WorkerApiError, _Lease
+from .calls import call_fields
+from .sync import WorkerClient, agent_names
 
 
 class AsyncWorkerClient:
@@ -19,8 +20,10 @@ class AsyncWorkerClient:
     def post(self, path, body, timeout=90):
         return self.sync.post(path, body, timeout)
 
-    async def claim(self, wait_ms=30000, max_turns=1):
-        turns = await asyncio.to_thread(self.sync.claim_raw, wait_ms, max_turns)
+    async def claim(self, wait_ms=30000, max_turns=1, agents=None):
+        """Claims up to max_turns turns (of `agents`, when given), waiting up to wait_ms for
+        one: a list of AsyncTurn."""
+        turns = await asyncio.to_thread(self.sync.claim_raw, wait_ms, max_turns, agents)
         return [AsyncTurn(self, t) for t in turns]
 
 
@@ -82,7 +85,14 @@ class AsyncTurn(_Lease):
             return
         events, self._pending = self._pending, []
         if events:
-            await self._call(self._send_once, "/events", {"events": events})
+            refusals = []
+            try:
+                await self._call(self._send_events, events, lambda *r: refusals.append(r))
+            finally:
+                for rid, err in refusals:  # calls the server refused: their awaits raise
+                    waiter = self._open.pop(rid, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_exception(err)
         if self._wait_wanted and self._open and not self.suspended:
             await self._call(self._wait_once)
             if self.on_suspend is not None:
@@ -110,9 +120,18 @@ class AsyncTurn(_Lease):
         return await self.request("question", request_id, prompt=prompt, options=options,
                                   expires_at=expires_at)
 
+    async def call(self, agent=None, session=None, content=None, attachments=None,
+                   request_id=None):
+        """As Turn.call, awaited; several calls at once (asyncio.gather) run at once."""
+        f = call_fields(agent, session, content, attachments, request_id)
+        return await self._await(*self._take_call(f["agent"], f["session"], f["content"],
+                                                  f["attachments"], f["request_id"]))
+
     async def request(self, kind, request_id=None, **fields):
         """As Turn.request, awaited."""
-        given, rid = self._ask(kind, request_id, **fields)
+        return await self._await(*self._ask(kind, request_id, **fields))
+
+    async def _await(self, given, rid):
         if given is not None:
             return given["answer"]
         answered = asyncio.get_running_loop().create_future()
@@ -165,11 +184,14 @@ class AsyncTurn(_Lease):
 
 
 async def run_worker_async(client, handler, concurrency=4, wait_ms=30000, stop=None,
-                           suspend_s=900):
-    """Claims turns and runs `await handler(turn)` for each until `stop` (an asyncio.Event) is
-    set; completes or fails turns, and resumes or lets go of handlers waiting on an ask, as
-    run_worker does."""
+                           suspend_s=900, agents=None):
+    """Claims turns (of `agents`, when given) and runs `await handler(turn)` for each until
+    `stop` (an asyncio.Event) is set; completes or fails turns, and resumes or lets go of
+    handlers waiting on an ask or a call, as run_worker does."""
+    if agents is not None:
+        agent_names(agents)
     stop = stop or asyncio.Event()
+    refused = None
     running = set()
     suspended = {}  # turn id -> (turn, timer handle)
     active = [0]  # turns holding a lease
@@ -225,8 +247,15 @@ async def run_worker_async(client, handler, concurrency=4, wait_ms=30000, stop=N
             continue
         try:
             raws = await asyncio.to_thread(
-                client.sync.claim_raw, wait_ms, concurrency - active[0]
+                client.sync.claim_raw, wait_ms, concurrency - active[0], agents
             )
+        except WorkerApiError as err:
+            if err.status == 422:
+                # A claim the server finds malformed (a bad agent name) fails every time.
+                refused = err
+                break
+            await asyncio.sleep(client.retry_ms / 1000)
+            continue
         except Exception:  # noqa: BLE001 - try again after a pause
             await asyncio.sleep(client.retry_ms / 1000)
             continue
@@ -247,3 +276,5 @@ async def run_worker_async(client, handler, concurrency=4, wait_ms=30000, stop=N
         let_go(turn_id, "the worker stopped")
     if running:
         await asyncio.wait(running)
+    if refused is not None:
+        raise refused

@@ -1,8 +1,11 @@
 """What a turn handler asks (contract v1.2) and how a continuation replays it: the
 `input_requested` event an ask journals, and the bookkeeping that lets a handler run again from
-its start in another process and meet, ask by ask, the answers given meanwhile."""
+its start in another process and meet, ask by ask, the answers given meanwhile. A call of
+another agent (v1.3, `calls`) is a request too, answered when the called turn ends."""
 
 import json
+
+from .calls import CALL_KIND, is_call, is_request
 
 KINDS = ("approval", "client_tool", "question")
 
@@ -48,8 +51,17 @@ def request_event(kind, request_id, tool=None, prompt=None, options=None, expire
     return event
 
 
-def _essence(event):
-    """What identifies an ask: its kind, tool (name and input), prompt and options."""
+def _essence(event, recorded=None):
+    """What identifies an ask: its kind, tool (name and input), prompt and options; for a call
+    its agent and session, and its content when the journaled one (`recorded`) says it."""
+    recorded = event if recorded is None else recorded
+    if is_call(event):
+        call = event.get("call") or {}
+        essence = {"kind": CALL_KIND, "agent": event.get("agent", call.get("agent")),
+                   "session_id": event.get("session_id", call.get("session_id"))}
+        if "content" in recorded:
+            essence["content"] = event.get("content")
+        return essence
     tool = event.get("tool")
     return {
         "kind": event.get("kind"),
@@ -96,7 +108,7 @@ class Asks:
         self.recorded = {}  # request id -> its input_requested event
         self.position = {}  # request id -> its index in the script
         for index, event in enumerate(self.script):
-            if event.get("type") == "input_requested":
+            if is_request(event):
                 self.recorded[event["request_id"]] = event
                 self.position[event["request_id"]] = index
         self.add_answers(continuation.get("answers", []))
@@ -135,6 +147,10 @@ class Asks:
         for given in answers:
             self.answers.setdefault(given["request_id"], given)
 
+    def forget(self, request_id):
+        """Forgets a request the server refused (a call): nothing of it was journaled."""
+        self.recorded.pop(request_id, None)
+
     def next_id(self, request_id=None):
         self.count += 1
         return request_id or f"ask-{self.count}"
@@ -150,8 +166,8 @@ class Asks:
             self.diverge()
             self.recorded[rid] = event
             return False, None
-        if _essence(recorded) != _essence(event):
-            raise ContinuationMismatch(rid, _essence(recorded), _essence(event))
+        if _essence(recorded) != _essence(event, recorded):
+            raise ContinuationMismatch(rid, _essence(recorded), _essence(event, recorded))
         # The replay goes on after this ask (output the handler left out before it is skipped).
         index = self.position.get(rid, -1)
         if index >= self.at:

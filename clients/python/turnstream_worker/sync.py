@@ -1,5 +1,6 @@
 """The threaded (sync) client: WorkerClient (the HTTP requests, which the asyncio client runs
-in threads too), Turn (output sent by a thread of its own, asks that block) and run_worker.
+in threads too), Turn (output sent by a thread of its own, asks and calls that block) and
+run_worker.
 """
 
 import json
@@ -10,6 +11,7 @@ import urllib.error
 import urllib.request
 
 from ._common import TurnSuspended, WorkerApiError, _Lease
+from .calls import call_fields
 
 
 class WorkerClient:
@@ -46,13 +48,25 @@ class WorkerClient:
                 e.code, err.get("code", "http_error"), err.get("message", str(e)), payload
             ) from None
 
-    def claim_raw(self, wait_ms=30000, max_turns=1):
+    def claim_raw(self, wait_ms=30000, max_turns=1, agents=None):
+        """The claim's raw turns; with `agents` (names), only turns of those agents."""
         body = {"worker_id": self.worker_id, "wait_ms": wait_ms, "max_turns": max_turns}
+        if agents is not None:
+            body["agents"] = agent_names(agents)
         return self.post("/claim", body, timeout=wait_ms / 1000 + 30)["turns"]
 
-    def claim(self, wait_ms=30000, max_turns=1):
-        """Claims up to max_turns turns, waiting up to wait_ms for one: a list of Turn."""
-        return [Turn(self, t) for t in self.claim_raw(wait_ms, max_turns)]
+    def claim(self, wait_ms=30000, max_turns=1, agents=None):
+        """Claims up to max_turns turns (of `agents`, when given; else of every agent), waiting
+        up to wait_ms for one: a list of Turn."""
+        return [Turn(self, t) for t in self.claim_raw(wait_ms, max_turns, agents)]
+
+
+def agent_names(agents):
+    """`agents` as the claim sends it: a non-empty list of names (the server judges the
+    names); ValueError otherwise."""
+    if isinstance(agents, str) or not agents or not all(isinstance(a, str) for a in agents):
+        raise ValueError("`agents` is a non-empty list of agent names")
+    return list(agents)
 
 
 class Turn(_Lease):
@@ -67,6 +81,7 @@ class Turn(_Lease):
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
         self._done = threading.Event()
+        self._refusals = {}  # request id -> CallRefused, for a call the server refused
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -107,10 +122,17 @@ class Turn(_Lease):
                 events, self._pending = self._pending, []
             if events:
                 try:
-                    self._send_once("/events", {"events": events})
+                    self._send_events(events, self._refused)
                 finally:
                     if self.error is not None:
                         self.cancelled.set()
+
+    def _refused(self, request_id, err):
+        """A call the server refused: its `call` raises `err`."""
+        self._refusals[request_id] = err
+        answered = self._open.pop(request_id, None)
+        if answered is not None:
+            answered.set()
 
     def request_approval(self, tool, prompt=None, expires_at=None, request_id=None):
         """Asks for a tool call's approval (tool={"call_id", "name", "input"}) and blocks until
@@ -128,6 +150,19 @@ class Turn(_Lease):
         return self.request("question", request_id, prompt=prompt, options=options,
                             expires_at=expires_at)
 
+    def call(self, agent=None, session=None, content=None, attachments=None, request_id=None):
+        """Calls another agent (v1.3): posts `content` as a message for `agent` in session
+        `session` and blocks until that turn ends: its result {"turn_id", "state", "text",
+        "error"?} (`state` is how the called turn ended: completed, failed, cancelled or
+        interrupted). The fields may also come as one dict. The turn waits as for an ask, and
+        continues the same way (see `request`). Raises CallRefused (`code` call_cycle,
+        call_depth_exceeded or invalid_body) when the server refuses the call; the turn goes
+        on."""
+        f = call_fields(agent, session, content, attachments, request_id)
+        given, rid = self._take_call(f["agent"], f["session"], f["content"], f["attachments"],
+                                     f["request_id"])
+        return self._await(given, rid)
+
     def request(self, kind, request_id=None, **fields):
         """Opens a request of `kind` and returns its answer. The request is journaled with the
         output before it; the turn then waits, holding no lease, and this call returns when this
@@ -135,12 +170,19 @@ class Turn(_Lease):
         turn, the handler runs there again from its start: asks the journal holds return at once
         with their answers (they must be the same asks, else ContinuationMismatch) and output up
         to the last of them is not sent again."""
-        given, rid = self._ask(kind, request_id, **fields)
+        return self._await(*self._ask(kind, request_id, **fields))
+
+    def _await(self, given, rid):
+        """Blocks until request `rid` is answered (or returns `given`'s answer at once)."""
         if given is not None:
             return given["answer"]
         answered = threading.Event()
         self._open[rid] = answered
         self.flush()
+        refused = self._refusals.pop(rid, None)
+        if refused is not None:
+            self._wait_wanted = False
+            raise refused
         with self._send_lock:
             if not self.suspended:
                 try:
@@ -205,9 +247,11 @@ class Turn(_Lease):
             self.cancelled.set()
 
 
-def run_worker(client, handler, concurrency=4, wait_ms=30000, stop=None, suspend_s=900):
+def run_worker(client, handler, concurrency=4, wait_ms=30000, stop=None, suspend_s=900,
+               agents=None):
     """Claims turns and runs handler(turn) for each in a thread, until `stop` (a
-    threading.Event) is set, with up to `concurrency` turns holding a lease at once. A handler
+    threading.Event) is set, with up to `concurrency` turns holding a lease at once; with
+    `agents` (names), only turns of those agents. A handler
     that returns completes its turn (unless it ended it); one that raises fails it with the
     exception's message.
 
@@ -216,11 +260,14 @@ def run_worker(client, handler, concurrency=4, wait_ms=30000, stop=None, suspend
     waiting here (another process asked, or `suspend_s` passed) runs the handler again with
     `turn.continuation`. Once `stop` is set, handlers still waiting are let go (their asks raise
     TurnSuspended): the turns continue wherever they are claimed next."""
+    if agents is not None:
+        agent_names(agents)
     stop = stop or threading.Event()
     slots = threading.Semaphore(concurrency)
     threads = []
     suspended = {}  # turn id -> (turn, timer)
     lock = threading.Lock()
+    refused = None
 
     def let_go(turn_id, why):
         with lock:
@@ -267,7 +314,16 @@ def run_worker(client, handler, concurrency=4, wait_ms=30000, stop=None, suspend
         while free < concurrency and slots.acquire(blocking=False):
             free += 1
         try:
-            raws = client.claim_raw(wait_ms=wait_ms, max_turns=free)
+            raws = client.claim_raw(wait_ms=wait_ms, max_turns=free, agents=agents)
+        except WorkerApiError as err:
+            if err.status == 422:
+                # A claim the server finds malformed (a bad agent name) fails every time.
+                refused = err
+                for _ in range(free):
+                    slots.release()
+                break
+            raws = []
+            time.sleep(client.retry_ms / 1000)
         except Exception:  # noqa: BLE001 - try again after a pause
             raws = []
             time.sleep(client.retry_ms / 1000)
@@ -291,3 +347,5 @@ def run_worker(client, handler, concurrency=4, wait_ms=30000, stop=None, suspend
         let_go(turn_id, "the worker stopped")
     for t in threads:
         t.join()
+    if refused is not None:
+        raise refused
