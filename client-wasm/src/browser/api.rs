@@ -193,6 +193,23 @@ export interface ChatState {
   /** The active branch (contract v1.2), in conversation order; messages not yet accepted by
    *  the server last, in send order. */
   readonly messages: readonly ChatEntry[];
+  /** Who is in the session (contract v1.3): this browser's member first (`self`), from the
+   *  stream's roster and its changes; empty until the first roster. */
+  readonly presence: readonly PresenceMember[];
+  /** Members present, those the server does not list (past its limit) included. */
+  readonly presenceCount: number;
+}
+
+/** One member: a browser (all its tabs are one) or an agent. */
+export interface PresenceMember {
+  readonly memberId: string;
+  /** The token's `sub` under auth, else null. */
+  readonly user: string | null;
+  /** What `setPresence` set (`typing: true` while its user types). */
+  readonly state: { readonly typing?: boolean; readonly [key: string]: unknown };
+  readonly joinedAt: number;
+  /** This browser. */
+  readonly self: boolean;
 }
 
 export interface SendResult {
@@ -395,7 +412,31 @@ impl ChatClient {
     /// `options.attachments`: files the app stored, by URL (text may then be empty).
     #[wasm_bindgen(unchecked_return_type = "Promise<SendResult>")]
     pub fn send(&self, content: String, options: Option<SendOptions>) -> Promise {
+        self.inner.stop_typing();
         send(self.inner.clone(), content, options, None)
+    }
+
+    /// Sets these keys of this browser's presence state in the session (contract v1.3), for
+    /// every tab of the browser (the state set in any tab is the browser's); other members see
+    /// it in their `presence`. Throws unless `state` is a plain object.
+    #[wasm_bindgen(js_name = "setPresence")]
+    pub fn set_presence(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Record<string, unknown>")] state: JsValue,
+    ) -> Result<(), JsError> {
+        if !state.is_object() || Array::is_array(&state) {
+            return Err(JsError::new("turnstream: setPresence takes an object"));
+        }
+        self.inner.set_presence(&crate::codec::Value::json(&state));
+        Ok(())
+    }
+
+    /// The user is typing: call it on every keystroke. Sends `typing: true` at most every 2 s
+    /// while called, and `typing: false` 3 s after the last call, after `send`, and when the
+    /// page goes away.
+    #[wasm_bindgen(js_name = "setTyping")]
+    pub fn set_typing(&self) {
+        self.inner.set_typing();
     }
 
     /// Loads the page of history before the oldest message read (`historyLimit` messages) and

@@ -13,7 +13,11 @@ use web_sys::{EventSource, MessageEvent};
 
 use super::json;
 use crate::codec;
+use crate::presence::Roster;
 use crate::reducer::TurnPlace;
+
+/// The stream's presence frames (contract v1.3).
+pub(crate) const PRESENCE_EVENTS: [&str; 2] = ["presence", "presence_diff"];
 
 /// What the stream tells the client.
 pub(crate) enum Signal {
@@ -29,6 +33,8 @@ pub(crate) enum Signal {
     Retrying,
     /// A frame that did not parse (logged, otherwise ignored).
     Garbled(&'static str),
+    /// The session's presence roster changed (contract v1.3): this browser's member first.
+    Presence(Rc<Roster>),
 }
 
 /// What one `EventSource` says, unparsed: the hub relays these to sibling tabs as they came.
@@ -47,6 +53,8 @@ pub(crate) enum Frame {
     Retrying,
     /// The browser gave up (an HTTP error answer): the source must be reopened.
     Failed,
+    /// A presence frame (`presence` or `presence_diff`, no `id:`) and its `data`.
+    Presence(&'static str, String),
 }
 
 impl Frame {
@@ -107,6 +115,11 @@ impl Stream {
                     .unwrap_or_default();
                 h.on(Frame::Event(data(&e), last))
             });
+        }
+
+        for kind in PRESENCE_EVENTS {
+            let h = on.clone();
+            stream.listen(kind, move |e| h.on(Frame::Presence(kind, data(&e))));
         }
 
         let h = on.clone();

@@ -27,7 +27,7 @@ pub(super) struct Rendered {
 impl Client {
     pub(super) fn notify(&self) {
         self.settle_waiters();
-        let revision = self.conv.borrow().revision();
+        let revision = self.revision();
         if self.notified.replace(Some(revision)) == Some(revision) {
             return;
         }
@@ -47,8 +47,8 @@ impl Client {
 
     /// The current state: the same object until something changes.
     pub(crate) fn state(&self) -> JsValue {
+        let revision = self.revision();
         let conv = self.conv.borrow();
-        let revision = conv.revision();
         let mut r = self.rendered.borrow_mut();
         if r.revision == Some(revision) {
             return r.state.clone();
@@ -96,6 +96,9 @@ impl Client {
         set(&state, "historyLoaded", &history_loaded.into());
         set(&state, "error", &error_js(view.error.as_ref()));
         set(&state, "messages", &messages);
+        let presence = self.presence.borrow();
+        set(&state, "presence", &presence.0);
+        set(&state, "presenceCount", &(presence.1 as f64).into());
         Object::freeze(&state);
         r.entries = entries;
         r.state = state.into();
