@@ -336,7 +336,31 @@ function render(state) {
   }
 }
 
+/** "N here", a dot per member (the user, or a short label of its browser), and who types. */
+function renderPresence(state) {
+  const members = state.presence || [];
+  const box = document.getElementById("presence");
+  box.hidden = members.length === 0;
+  box.dataset.count = String(state.presenceCount ?? members.length);
+  box.querySelector(".here").textContent = `${state.presenceCount ?? members.length} here`;
+  box.querySelector(".dots").replaceChildren(...members.map((m) => {
+    const label = m.user || m.memberId.slice(-4);
+    const dot = el("span", "member" + (m.self ? " self" : ""), label.slice(0, 2));
+    dot.dataset.testid = "member";
+    dot.dataset.memberId = m.memberId;
+    dot.dataset.self = String(m.self);
+    dot.dataset.typing = String(m.state.typing === true);
+    dot.title = (m.user || m.memberId) + (m.self ? " (you)" : "");
+    return dot;
+  }));
+  const typing = members.filter((m) => !m.self && m.state.typing === true);
+  const line = document.getElementById("typing");
+  line.hidden = typing.length === 0;
+  line.textContent = typing.length > 1 ? `${typing.length} people are typing…` : "someone is typing…";
+}
+
 function renderState(state) {
+  renderPresence(state);
   const conn = document.getElementById("connection");
   conn.textContent = state.connection;
   conn.dataset.state = state.connection;
@@ -415,6 +439,7 @@ input.addEventListener("keydown", (ev) => {
   }
 });
 input.addEventListener("input", () => {
+  if (input.value) chat.setTyping(); // typing: true at most every 2 s; false 3 s after the last key
   input.style.height = "";
   input.style.height = Math.min(input.scrollHeight, 160) + "px";
 });
