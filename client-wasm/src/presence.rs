@@ -110,16 +110,6 @@ impl Rosters {
     }
 }
 
-/// The roster as a view shows it: the member `me` (this browser) first.
-pub fn ordered(r: &Roster, me: &str) -> Roster {
-    let mut out = r.clone();
-    if let Some(i) = out.members.iter().position(|m| m.member_id == me) {
-        let m = out.members.remove(i);
-        out.members.insert(0, m);
-    }
-    out
-}
-
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
@@ -203,14 +193,5 @@ mod tests {
         r.roster(full);
         r.diff(&diff(vec![m("b", "{}")], vec![m("a", "{}")]));
         assert_eq!(r.get("s").map(|x| x.count), Some(1001));
-    }
-
-    #[test]
-    fn this_browser_comes_first() {
-        let r = roster(vec![m("a", "{}"), m("me", "{}"), m("b", "{}")]);
-        let o = ordered(&r, "me");
-        let ids: Vec<&str> = o.members.iter().map(|m| m.member_id.as_str()).collect();
-        assert_eq!(ids, ["me", "a", "b"]);
-        assert_eq!(ordered(&r, "nobody"), r);
     }
 }

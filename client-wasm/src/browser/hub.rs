@@ -166,11 +166,6 @@ impl Membership {
         presence::beacon(&self.hub.base_url, session, token, &body);
     }
 
-    /// This browser's presence member id.
-    pub(crate) fn client(&self) -> &str {
-        &self.hub.client
-    }
-
     pub(crate) fn is_live(&self) -> bool {
         self.hub
             .members
@@ -548,7 +543,7 @@ impl Hub {
                     );
                     break;
                 }
-                Signal::Open | Signal::Retrying | Signal::Presence(_) => {}
+                Signal::Open | Signal::Retrying | Signal::Presence(..) => {}
             }
         }
         for (on, s) in calls {

@@ -13,7 +13,6 @@ use web_sys::{EventSource, MessageEvent};
 
 use super::json;
 use crate::codec;
-use crate::presence::Roster;
 use crate::reducer::TurnPlace;
 
 /// The stream's presence frames (contract v1.3).
@@ -33,8 +32,9 @@ pub(crate) enum Signal {
     Retrying,
     /// A frame that did not parse (logged, otherwise ignored).
     Garbled(&'static str),
-    /// The session's presence roster changed (contract v1.3): this browser's member first.
-    Presence(Rc<Roster>),
+    /// The session's presence roster changed (contract v1.3): its members as `state.presence`
+    /// shows them (JSON, this browser's member first) and their count.
+    Presence(Rc<str>, i64),
 }
 
 /// What one `EventSource` says, unparsed: the hub relays these to sibling tabs as they came.

@@ -60,6 +60,25 @@ pub fn presence_json(r: &Roster) -> String {
     out
 }
 
+/// A roster as `state.presence` shows it: the member `me` (this browser) first, marked `self`.
+pub fn members_json(r: &Roster, me: &str) -> String {
+    let mut out = String::from("[");
+    for mine in [true, false] {
+        for m in r.members.iter().filter(|m| (m.member_id == me) == mine) {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            let mut o = Obj::new(&mut out);
+            o.str("memberId", &m.member_id)
+                .opt_str("user", m.user.as_deref());
+            o.key("state").push_str(m.state.as_str());
+            o.int("joinedAt", m.joined_at).bool("self", mine).end();
+        }
+    }
+    out.push(']');
+    out
+}
+
 /// `POST /api/sessions/{session}/presence`: `state` is a JSON object's text.
 pub fn presence_request_json(client: &str, state: &str) -> String {
     let mut out = String::new();
@@ -87,6 +106,14 @@ mod tests {
         let back: serde_json::Value = serde_json::from_str(&presence_json(&r)).expect("json");
         assert_eq!(back, v);
         assert!(presence(&json!({"members": []})).is_none(), "no session_id");
+        let shown: serde_json::Value = serde_json::from_str(&members_json(&r, "c2")).expect("json");
+        assert_eq!(
+            shown,
+            json!([
+            {"memberId": "c2", "user": null, "state": {}, "joinedAt": 6, "self": true},
+            {"memberId": "c1", "user": "alice", "state": {"typing": true}, "joinedAt": 5, "self": false}]),
+            "this browser first"
+        );
         assert!(presence(&json!({"session_id": "s", "members": [{"user": "x"}]})).is_none());
     }
 

@@ -140,7 +140,7 @@ impl Client {
             }
             Signal::Retrying => self.set_connection(self.unreachable()),
             Signal::Garbled(kind) => warn("ignored a frame that did not parse", kind),
-            Signal::Presence(r) => self.show_presence(&r),
+            Signal::Presence(members, count) => self.show_presence(&members, count),
         }
     }
 

@@ -7,14 +7,11 @@
 use std::rc::Rc;
 
 use js_sys::Object;
-use wasm_bindgen::JsValue;
 
 use super::Client;
 use crate::browser::env::{self, GlobalListener};
 use crate::browser::json;
 use crate::browser::spawn_local;
-use crate::codec::Obj;
-use crate::presence::{Member, Roster};
 
 /// `typing: true` is sent again at most this often while `setTyping` is called.
 pub(crate) const TYPING_EVERY_MS: f64 = 2000.0;
@@ -24,42 +21,17 @@ pub(crate) const TYPING_IDLE_MS: f64 = 3000.0;
 const TYPING: &str = r#"{"typing":true}"#;
 const NOT_TYPING: &str = r#"{"typing":false}"#;
 
-fn write_member(out: &mut String, m: &Member, me: bool) {
-    let mut o = Obj::new(out);
-    o.str("memberId", &m.member_id)
-        .opt_str("user", m.user.as_deref());
-    o.key("state").push_str(m.state.as_str());
-    o.int("joinedAt", m.joined_at).bool("self", me).end();
-}
-
 impl Client {
-    /// The hub's roster for this session (this browser's member first).
-    pub(super) fn show_presence(self: &Rc<Self>, r: &Roster) {
-        let me = self.client_id();
-        let mut out = String::from("[");
-        for (i, m) in r.members.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            write_member(&mut out, m, m.member_id == me);
-        }
-        out.push(']');
-        let list = json::parse(&out).unwrap_or(JsValue::NULL);
+    /// The hub's roster for this session: `state.presence` as JSON, and `presenceCount`.
+    pub(super) fn show_presence(self: &Rc<Self>, members: &str, count: i64) {
+        let list = json::parse(members).unwrap_or_else(|| js_sys::Array::new().into());
         for m in js_sys::Array::from(&list).iter() {
             Object::freeze(&m.into());
         }
         Object::freeze(&list.clone().into());
-        *self.presence.borrow_mut() = (list, r.count);
+        *self.presence.borrow_mut() = (list, count);
         self.presence_rev.set(self.presence_rev.get() + 1);
         self.notify_soon();
-    }
-
-    fn client_id(&self) -> String {
-        self.membership
-            .borrow()
-            .as_ref()
-            .map(|m| m.client().to_owned())
-            .unwrap_or_default()
     }
 
     /// Sets the keys of `patch` (a JSON object's text) in the browser's presence state.

@@ -19,8 +19,9 @@ use crate::browser::http::{enc, Endpoint, HttpError};
 use crate::browser::json;
 use crate::browser::spawn_local;
 use crate::browser::stream::Signal;
-use crate::codec::presence::{presence, presence_diff, presence_json, presence_request_json};
-use crate::presence::ordered;
+use crate::codec::presence::{
+    members_json, presence, presence_diff, presence_json, presence_request_json,
+};
 use crate::relay::Relay;
 
 /// The wait before retrying an update the server found too frequent, without `Retry-After`.
@@ -125,11 +126,11 @@ impl Hub {
 
     /// Tells the views of `session` its roster.
     pub(super) fn show_presence(&self, session: &str) {
-        let Some(r) = self
+        let Some((text, count)) = self
             .rosters
             .borrow()
             .get(session)
-            .map(|r| Rc::new(ordered(r, &self.client)))
+            .map(|r| (Rc::<str>::from(members_json(r, &self.client)), r.count))
         else {
             return;
         };
@@ -138,7 +139,7 @@ impl Hub {
             .borrow()
             .iter()
             .filter(|m| m.session == session)
-            .map(|m| (m.on.clone(), Signal::Presence(r.clone())))
+            .map(|m| (m.on.clone(), Signal::Presence(text.clone(), count)))
             .collect();
         for (on, s) in calls {
             on.on(s);
