@@ -142,6 +142,23 @@ pub struct Config {
     /// journal read; 0 turns it off (every resume then reads the journal).
     #[arg(long, env = "TURNSTREAM_REPLAY_CACHE_MB", default_value_t = 64)]
     pub replay_cache_mb: usize,
+    /// Seconds a presence state with `typing: true` lasts after the update that set it; the
+    /// server then sets `typing` to false itself (a `presence_diff`), so a closed tab does not
+    /// type forever.
+    #[arg(long, env = "TURNSTREAM_TYPING_TTL_SECS", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..))]
+    pub typing_ttl_secs: u64,
+    /// Milliseconds a presence member stays after its last stream closed: a stream of the same
+    /// member back within it (a reload, a reconnect) shows no leave and no join.
+    #[arg(long, env = "TURNSTREAM_PRESENCE_GRACE_MS", default_value_t = 3000)]
+    pub presence_grace_ms: u64,
+    /// Seconds another server's presence members last without its renewal (sent every third of
+    /// it): a server killed without a shutdown loses its members everywhere within it.
+    #[arg(long, env = "TURNSTREAM_PRESENCE_TTL_SECS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+    pub presence_ttl_secs: u64,
+    /// Presence members listed per session; past it new members still watch and are counted
+    /// (`count`) but are not listed.
+    #[arg(long, env = "TURNSTREAM_MAX_PRESENCE_MEMBERS", default_value_t = 1000)]
+    pub max_presence_members: usize,
     /// Most turns one session may have queued or running.
     #[arg(long, env = "TURNSTREAM_MAX_ACTIVE_TURNS", default_value_t = turnstream_protocol::limits::MAX_ACTIVE_TURNS_PER_SESSION)]
     pub max_active_turns: usize,
@@ -313,6 +330,17 @@ impl Config {
 
     pub fn busy_timeout(&self) -> Duration {
         Duration::from_millis(self.busy_timeout_ms)
+    }
+
+    /// The presence roster's settings (`--typing-ttl-secs`, `--presence-grace-ms`,
+    /// `--presence-ttl-secs`, `--max-presence-members`).
+    pub fn presence(&self) -> crate::presence::Settings {
+        crate::presence::Settings {
+            grace: Duration::from_millis(self.presence_grace_ms),
+            typing_ttl: Duration::from_secs(self.typing_ttl_secs.max(1)),
+            ttl: Duration::from_secs(self.presence_ttl_secs.max(1)),
+            max_members: self.max_presence_members,
+        }
     }
 
     pub fn heartbeat(&self) -> Duration {

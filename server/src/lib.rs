@@ -152,6 +152,7 @@ pub mod live;
 pub mod logging;
 pub mod metrics;
 mod mutex;
+pub mod presence;
 pub mod serve;
 pub mod tls;
 pub mod turns;
@@ -308,7 +309,14 @@ async fn serve_assembled(
         },
     );
     turns.start().await?;
+    let presence = presence::Presence::start(
+        config.presence(),
+        Arc::new(presence::cluster::OverJournal(journal.clone())),
+        journal.metrics().clone(),
+    );
+    journal.on_broadcast(presence.clone());
     let state = gateway::AppState {
+        presence: presence.clone(),
         journal: journal.clone(),
         hub: hub.clone(),
         turns: turns.clone(),
@@ -352,6 +360,8 @@ async fn serve_assembled(
     shutdown.await;
     tracing::info!("shutting down: no new connections or messages");
     stop_accepting.cancel();
+    // Its members leave at once, here and on the other servers.
+    presence.shutdown();
     turns
         .shutdown(Duration::from_secs(config.shutdown_grace_secs))
         .await;

@@ -90,6 +90,12 @@ pub struct Metrics {
     /// PostgreSQL: 1 while this server learns of other servers' commits by polling alone (no
     /// working `LISTEN`), 0 otherwise.
     pub journal_polling: AtomicU64,
+    /// Presence members this server sees, over all sessions (never journaled).
+    pub presence_members: AtomicU64,
+    /// Presence state updates accepted here.
+    pub presence_updates: AtomicU64,
+    /// `presence_diff` frames queued to streams.
+    pub presence_frames: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -118,6 +124,9 @@ impl Default for Metrics {
             storage_healthy: AtomicU64::new(1),
             turn_end_retries: AtomicU64::new(0),
             journal_polling: AtomicU64::new(0),
+            presence_members: AtomicU64::new(0),
+            presence_updates: AtomicU64::new(0),
+            presence_frames: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +170,27 @@ impl Metrics {
             "SSE streams opened.",
             "counter",
             &self.connections_total,
+        );
+        gauge(
+            &mut out,
+            "turnstream_presence_members",
+            "Presence members this server sees, over all sessions.",
+            "gauge",
+            &self.presence_members,
+        );
+        gauge(
+            &mut out,
+            "turnstream_presence_updates_total",
+            "Presence state updates accepted by this server.",
+            "counter",
+            &self.presence_updates,
+        );
+        gauge(
+            &mut out,
+            "turnstream_presence_diffs_total",
+            "Presence diff frames queued to streams.",
+            "counter",
+            &self.presence_frames,
         );
         gauge(
             &mut out,

@@ -11,6 +11,7 @@ mod input;
 mod messages;
 mod openapi;
 mod origin;
+mod presence;
 mod pump;
 mod quota;
 mod request_log;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub rate: Arc<RateLimiter>,
     /// Open streams per client.
     pub client_streams: Arc<StreamQuota>,
+    /// Who is in each session (never journaled).
+    pub presence: Arc<crate::presence::Presence>,
 }
 
 /// The peer's address, when the server knows it (it always does over TCP).
@@ -102,6 +105,10 @@ pub fn router(state: AppState, www: Option<&std::path::Path>, cors_origins: &[St
         .route("/sessions/{session}/history", get(history))
         .route("/sessions/{session}/realtime", delete(clear_realtime))
         .route("/sessions/{session}/active", post(branches::switch_branch))
+        .route(
+            "/sessions/{session}/presence",
+            get(presence::roster).post(presence::update),
+        )
         .route("/messages/{message}/regenerate", post(branches::regenerate))
         .route("/stream", get(stream::stream))
         .route("/turns/{turn}", get(turn))

@@ -20,6 +20,7 @@ use crate::journal::{Journal, Page};
 use crate::live::encode;
 use crate::live::hub::{Subscription, TailReplay};
 use crate::metrics::Metrics;
+use crate::presence::Attached;
 
 /// Events read from the journal per query while replaying.
 pub(super) const REPLAY_PAGE: usize = 2000;
@@ -76,6 +77,10 @@ pub(super) struct Pump {
     replayed: usize,
     guard: ConnectionGuard,
     _client_slot: Option<StreamSlot>,
+    /// The stream's part in presence, when it asked for it: its presence frames come from
+    /// there, apart from the inbox (no id, no dedup, no replay); a stream without it never
+    /// looks.
+    presence: Option<Box<Attached>>,
 }
 
 /// A journal read in flight.
@@ -141,7 +146,13 @@ impl Pump {
             replayed: 0,
             guard,
             _client_slot: client_slot,
+            presence: None,
         }
+    }
+
+    /// Sends the presence frames of `presence` as they come (after the prelude).
+    pub(super) fn set_presence(&mut self, presence: Option<Attached>) {
+        self.presence = presence.map(Box::new);
     }
 
     pub(super) fn metrics(&self) -> &Arc<Metrics> {
@@ -201,6 +212,13 @@ impl Pump {
                     self.pending = VecDeque::new();
                 }
                 return Poll::Ready(Some(chunk));
+            }
+            if let Some(p) = &self.presence {
+                if !matches!(self.phase, Phase::Done) {
+                    if let Some(frames) = p.take(cx.waker()) {
+                        return Poll::Ready(Some(frames));
+                    }
+                }
             }
             match &mut self.phase {
                 Phase::Done => return Poll::Ready(None),

@@ -24,6 +24,7 @@ use crate::auth::{Principal, Scope};
 use crate::journal::{Journal, StreamStart};
 use crate::live::encode;
 use crate::live::hub::TailReplay;
+use crate::presence::{Mode, Taken};
 use tokio::time::Instant;
 /// Most events a resume takes from the replay tail at once (the rest, if any, from the journal).
 const TAIL_PAGE: usize = 20_000;
@@ -35,6 +36,17 @@ pub(crate) struct StreamParams {
     pub sessions: Vec<String>,
     pub cursor: Option<String>,
     pub snapshot: bool,
+    /// `presence=1` (join) or `presence=watch` (contract v1.3); none without it.
+    pub presence: Option<PresenceParam>,
+    /// `client=`: the member's id, for `presence=1`.
+    pub client: Option<String>,
+}
+
+/// What a stream asked of presence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PresenceParam {
+    Join,
+    Watch,
 }
 
 /// Parses the query of `/api/stream`. `since` is another name for `cursor`, for clients that
@@ -58,8 +70,33 @@ pub(crate) fn parse_params(query: Option<&str>) -> Result<StreamParams, AppError
             "cursor" if !v.is_empty() => p.cursor = Some(v.into_owned()),
             "since" if !v.is_empty() => since = Some(v.into_owned()),
             "snapshot" => p.snapshot = matches!(&*v, "1" | "true" | "yes"),
+            "presence" => {
+                p.presence = match &*v {
+                    "1" | "true" | "yes" => Some(PresenceParam::Join),
+                    "watch" => Some(PresenceParam::Watch),
+                    "" | "0" | "false" | "no" => None,
+                    _ => {
+                        return Err(AppError::bad_request(
+                            "invalid_presence",
+                            "presence is 1 (join the sessions as the member `client`) or watch",
+                        ))
+                    }
+                }
+            }
+            "client" => {
+                if !super::presence::is_valid_client(&v) {
+                    return Err(super::presence::invalid_client());
+                }
+                p.client = Some(v.into_owned());
+            }
             _ => {}
         }
+    }
+    if p.presence == Some(PresenceParam::Join) && p.client.is_none() {
+        return Err(AppError::bad_request(
+            "invalid_client_id",
+            "presence=1 needs client=ID: 1 to 64 characters of [A-Za-z0-9_.:-]",
+        ));
     }
     if p.sessions.is_empty() {
         return Err(AppError::bad_request(
@@ -129,6 +166,30 @@ pub(crate) async fn stream(
     let Some(guard) = ConnectionGuard::try_new(metrics.clone(), state.limits.max_streams) else {
         return Err(too_many_streams());
     };
+    // Joined (or watching) before the journal is read; its rosters follow `retry:` and the
+    // snapshot, and its diffs are queued from this moment on.
+    let presence = match params.presence {
+        None => None,
+        Some(how) => {
+            let mode = match (how, &params.client) {
+                (PresenceParam::Join, Some(client)) => Mode::Join {
+                    client: client.clone(),
+                    user: principal.author().map(str::to_string),
+                },
+                _ => Mode::Watch,
+            };
+            match state.presence.attach(&params.sessions, mode) {
+                Ok(attached) => Some(attached),
+                Err(Taken) => {
+                    return Err(AppError::new(
+                        StatusCode::CONFLICT,
+                        "presence_client_taken",
+                        "this client is another user's member of a session of the stream",
+                    ))
+                }
+            }
+        }
+    };
     // Attach first, so nothing that commits while the journal is read can be missed. A resume
     // from a recent position is answered from the hub's replay tail in the same step, without a
     // journal read; anything else (a snapshot, an old, invalid or foreign position) reads it.
@@ -167,11 +228,14 @@ pub(crate) async fn stream(
         guard,
         client_slot,
     );
+    let (presence, rosters) = presence.map_or((None, None), |(a, r)| (Some(a), Some(r)));
+    let mut resyncing = false;
     match start {
         Start::Tail(tail, after) => pump.start_from_tail(tail, after),
         Start::Journal(Err(reason)) => {
             pump.metrics().resync(reason);
             prelude.push_str(&encode::resync_frame(reason));
+            resyncing = true;
         }
         Start::Journal(Ok(start)) => {
             if let Some(snapshot) = &start.snapshot {
@@ -181,6 +245,13 @@ pub(crate) async fn stream(
             }
             pump.start_from_page(start.page, start.resume_seq);
         }
+    }
+    // Right after `retry:` and the snapshot (a stream told to resync ends with no presence).
+    if !resyncing {
+        if let Some(rosters) = rosters {
+            prelude.push_str(&rosters);
+        }
+        pump.set_presence(presence);
     }
     pump.prepend(Bytes::from(prelude));
     let body = Body::new(pump);

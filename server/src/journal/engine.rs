@@ -47,6 +47,13 @@ pub(super) trait Engine: Send + Sync {
         metrics: Arc<Metrics>,
     ) -> Box<dyn Publish>;
 
+    /// Sends `payload` to the other servers sharing the database (see [`super::broadcast`]);
+    /// nowhere when there are none.
+    fn broadcast(&self, _payload: String) {}
+
+    /// Where other servers' broadcasts go (never called back when there are none).
+    fn on_broadcast(&self, _sink: Arc<dyn super::broadcast::BroadcastSink>) {}
+
     /// Stops what [`Engine::deliver`] started.
     fn close(&self);
 

@@ -10,6 +10,7 @@
 
 mod accept;
 mod branches;
+pub mod broadcast;
 mod engine;
 mod fanout;
 mod health;
@@ -32,6 +33,7 @@ mod writer;
 
 pub use accept::{Accepted, Admission, NewMessage};
 pub use branches::Regenerated;
+pub use broadcast::BroadcastSink;
 pub use fanout::{Committed, FanOut};
 pub use health::{Failing, WriteHealth};
 pub use inputs::{Given, InputRefusal, Parked};
@@ -448,6 +450,17 @@ impl Journal {
         })
         .await
         .map_err(|_| Error::Closed)?
+    }
+
+    /// Sends `payload` to every other server sharing the database, best effort and never
+    /// stored (see [`broadcast`]); nowhere on SQLite.
+    pub fn broadcast(&self, payload: String) {
+        self.inner.engine.broadcast(payload);
+    }
+
+    /// Where other servers' broadcasts go from now on.
+    pub fn on_broadcast(&self, sink: Arc<dyn BroadcastSink>) {
+        self.inner.engine.on_broadcast(sink);
     }
 
     /// Round trips to the database so far (PostgreSQL's; 0 on SQLite).

@@ -1,4 +1,5 @@
-//! SSE framing, in one place: how a journal event, a snapshot, a resync and a token expiry go
+//! SSE framing, in one place: how a journal event, a snapshot, a resync, a token expiry and
+//! presence go
 //! on the wire. Live delivery (after a commit), replay (a journal read) and the replay tail all
 //! produce the same bytes for the same event, because they all come from here.
 
@@ -9,6 +10,12 @@ use turnstream_protocol::{
 };
 
 use crate::journal::EventRow;
+use crate::presence::roster::{Diff, RosterView};
+
+/// The event name of a session's roster (contract v1.3).
+pub const PRESENCE_EVENT: &str = "presence";
+/// The event name of a change to it.
+pub const PRESENCE_DIFF_EVENT: &str = "presence_diff";
 
 /// The JSON of an event from its stored body: the envelope fields spliced in front of the body's
 /// own fields, so replay never re-parses a payload.
@@ -107,6 +114,19 @@ pub fn snapshot_frame(snapshot: &Snapshot) -> serde_json::Result<String> {
         SNAPSHOT_EVENT,
         &serde_json::to_string(snapshot)?,
     ))
+}
+
+/// The `presence` frame of a session: its roster now (no id: presence is not a journal
+/// position, and never moves `Last-Event-ID`).
+pub fn presence_frame(roster: &RosterView) -> String {
+    let json = serde_json::to_string(roster).unwrap_or_else(|_| "{}".into());
+    sse::encode(None, PRESENCE_EVENT, &json)
+}
+
+/// A `presence_diff` frame (no id, as [`presence_frame`]).
+pub fn presence_diff_frame(diff: &Diff) -> String {
+    let json = serde_json::to_string(diff).unwrap_or_else(|_| "{}".into());
+    sse::encode(None, PRESENCE_DIFF_EVENT, &json)
 }
 
 /// The frame that tells a client to resync, and why.

@@ -116,6 +116,11 @@ async fn router_for(setup: Setup) -> TestResult<App> {
         origins: Arc::new(OriginPolicy::new(&setup.cors)),
         rate: Arc::new(RateLimiter::new(setup.messages_per_minute)),
         client_streams: Arc::new(StreamQuota::new(setup.max_streams_per_client)),
+        presence: turnstream_server::presence::Presence::start(
+            Default::default(),
+            Arc::new(turnstream_server::presence::cluster::Alone),
+            journal.metrics().clone(),
+        ),
     };
     Ok(App {
         router: gateway::router(state, None, &setup.cors),

@@ -12,11 +12,13 @@ use super::tail::{Listen, Tail};
 use super::write_conn::Writer;
 use super::{pool, pool_error, target, PgClient, Statements, BEGIN_READ};
 use crate::error::{Error, Result};
+use crate::journal::broadcast::{self, Board, BroadcastSink};
 use crate::journal::engine::{Engine, Publish, WriteConn};
 use crate::journal::fanout::{Committed, FanOut};
 use crate::journal::sql::{Backend, Sql};
 use crate::metrics::Metrics;
 use crate::mutex::lock;
+use tokio_postgres::types::Type;
 
 /// A PostgreSQL journal, opened.
 pub(in crate::journal) struct Postgres {
@@ -30,6 +32,10 @@ pub(in crate::journal) struct Postgres {
     listen: Listen,
     /// Once delivering: what fans out every server's commits.
     tail: Mutex<Option<Tail>>,
+    /// Where broadcasts heard go.
+    board: Arc<Board>,
+    /// The queue of broadcasts to send (one task sends them, in order).
+    outbox: tokio::sync::mpsc::Sender<String>,
 }
 
 impl Postgres {
@@ -59,6 +65,8 @@ impl Postgres {
         let epoch = super::schema::migrate(&pool).await?;
         let head = stored_head(&pool).await?;
         let statements = Statements::for_pool(&pool).await?;
+        let (outbox, queued) = tokio::sync::mpsc::channel(broadcast::QUEUE);
+        tokio::spawn(send_broadcasts(pool.clone(), queued));
         Ok(Postgres {
             location: crate::journal::redact(url),
             epoch,
@@ -68,7 +76,40 @@ impl Postgres {
             rt: Handle::current(),
             listen,
             tail: Mutex::new(None),
+            board: Arc::new(Board::default()),
+            outbox,
         })
+    }
+}
+
+/// Sends each queued broadcast through the pool, one after another (so in order), until the
+/// queue closes with the engine.
+async fn send_broadcasts(pool: Pool, mut queued: tokio::sync::mpsc::Receiver<String>) {
+    let mut failing = false;
+    while let Some(payload) = queued.recv().await {
+        let sent = async {
+            let client = pool.get().await.map_err(|e| e.to_string())?;
+            client
+                .execute_typed(
+                    "SELECT pg_notify($1, $2)",
+                    &[(&broadcast::CHANNEL, Type::TEXT), (&payload, Type::TEXT)],
+                )
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match sent {
+            Ok(_) if failing => {
+                failing = false;
+                tracing::info!("broadcast: sending to the other servers again");
+            }
+            Ok(_) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "broadcast: cannot send to the other servers; dropped");
+            }
+            Err(e) => tracing::debug!(error = %e, "broadcast: cannot send; dropped"),
+        }
     }
 }
 
@@ -151,10 +192,21 @@ impl Engine for Postgres {
             fanout,
             head,
             metrics,
+            self.board.clone(),
         );
         let wake = tail.wake.clone();
         *lock(&self.tail) = Some(tail);
         Box::new(Wake(wake))
+    }
+
+    fn broadcast(&self, payload: String) {
+        if self.outbox.try_send(payload).is_err() {
+            tracing::warn!("broadcast: the queue to the other servers is full; one was dropped");
+        }
+    }
+
+    fn on_broadcast(&self, sink: Arc<dyn BroadcastSink>) {
+        self.board.set_sink(sink);
     }
 
     fn close(&self) {

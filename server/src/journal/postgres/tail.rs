@@ -20,6 +20,9 @@
 //! Without a connection that hears, the tail polls every [`POLL_UNHEARD`] and the replay tail
 //! answers no resume (another server's retention would go unheard); it says so once in the log
 //! and in `turnstream_journal_polling`, and keeps trying to connect when that is what failed.
+//!
+//! The same connection hears other servers' broadcasts (`turnstream_broadcast`, see
+//! [`crate::journal::broadcast`]) and tells the broadcast's sink whether it hears.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -34,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::event_row;
 use super::{with_causes, Target};
+use crate::journal::broadcast::{self, Board};
 use crate::journal::{Committed, FanOut};
 use crate::metrics::Metrics;
 
@@ -78,6 +82,7 @@ impl Tail {
         fanout: Arc<dyn FanOut>,
         head: Arc<AtomicI64>,
         metrics: Arc<Metrics>,
+        board: Arc<Board>,
     ) -> Tail {
         let wake = Arc::new(Notify::new());
         let stop = CancellationToken::new();
@@ -92,6 +97,7 @@ impl Tail {
             wake: wake.clone(),
             heard: heard.clone(),
             metrics,
+            board,
         };
         tokio::spawn(listener.run(stop.clone()));
         tokio::spawn(deliver(
@@ -206,6 +212,8 @@ struct Listener {
     /// Whether the listening connection is known to hear (else the tail polls faster).
     heard: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
+    /// Where other servers' broadcasts go.
+    board: Arc<Board>,
 }
 
 /// How a listening connection ended.
@@ -273,6 +281,7 @@ impl Listener {
             .journal_polling
             .store(u64::from(!heard), Ordering::Relaxed);
         self.fanout.retention_heard(heard);
+        self.board.hearing(heard);
     }
 
     /// One listening connection: `LISTEN`, the probe, then every notification until it fails.
@@ -323,7 +332,8 @@ impl Listener {
             Ok(Err(why)) | Err(why) => return failed(why, false),
         }
         let listen = client.batch_execute(
-            "LISTEN turnstream_events; LISTEN turnstream_floors; LISTEN turnstream_probe",
+            "LISTEN turnstream_events; LISTEN turnstream_floors; LISTEN turnstream_probe; \
+             LISTEN turnstream_broadcast",
         );
         tokio::select! {
             r = self.alongside(listen, &mut messages, &probe) => match r {
@@ -434,6 +444,7 @@ impl Listener {
         match n.channel() {
             "turnstream_floors" => floor_raised(&*self.fanout, n.payload()),
             PROBE_CHANNEL => {}
+            broadcast::CHANNEL => self.board.heard(n.payload()),
             _ => self.wake.notify_one(),
         }
     }
