@@ -723,6 +723,7 @@ async fn a_cached_turn_the_server_lost_ends_interrupted_instead_of_spinning() {
                 parent_id: None,
                 siblings: None,
                 requests: Vec::new(),
+                called_by: None,
             },
         },
     ));

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::attachment::Attachment;
+use crate::call::CalledBy;
 use crate::input::{OnBusy, TurnRequest};
 use crate::message::Message;
 use crate::turn::{ToolCall, TurnState};
@@ -37,6 +38,9 @@ pub struct PostMessageRequest {
     )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub parent_id: Option<Option<String>>,
+    /// The agent that answers (v1.3): 1 to 64 characters of `[a-z0-9_-]`; `default` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// A field that is present is `Some`, `null` included (`Some(None)`).
@@ -156,6 +160,12 @@ pub struct TurnInfo {
     /// The user message the turn answers (v1.2); omitted when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
+    /// The turn's agent (v1.3); omitted by servers before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// For a called turn (v1.3): the call that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_by: Option<CalledBy>,
 }
 
 /// Token counts of one turn, as an OpenAI-compatible server reports them.

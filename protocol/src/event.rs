@@ -2,11 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::input::{
-    merge_answer, merge_request, InputGiven, InputRequest, RequestKind, ToolRequest, TurnRequest,
-};
+use crate::call::CallTarget;
+use crate::input::{InputGiven, InputRequest, RequestKind, ToolRequest};
 use crate::message::Message;
-use crate::turn::{merge_tool, ToolCall, TurnState};
+use crate::turn::{ToolCall, TurnState};
 
 /// One journaled event, as sent in the `data:` line of the stream (its `id:` line is [`Event::id`]).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -41,6 +40,8 @@ pub enum EventBody {
     TurnQueued {
         reply_id: Option<String>,
         parent_id: Option<String>,
+        /// The turn's agent (v1.3); omitted by servers before it.
+        agent: Option<String>,
     },
     TurnStarted {},
     Thinking {
@@ -110,6 +111,8 @@ struct RequestRef<'a> {
     options: &'a Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     expires_at: &'a Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call: &'a Option<CallTarget>,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +126,8 @@ struct RequestOwned {
     options: Option<Vec<String>>,
     #[serde(default)]
     expires_at: Option<i64>,
+    #[serde(default)]
+    call: Option<CallTarget>,
 }
 
 impl RequestOwned {
@@ -134,6 +139,7 @@ impl RequestOwned {
             prompt: self.prompt,
             options: self.options,
             expires_at: self.expires_at,
+            call: self.call,
         })
     }
 }
@@ -150,6 +156,8 @@ enum WireBodyRef<'a> {
         reply_id: &'a Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         parent_id: &'a Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        agent: &'a Option<String>,
     },
     TurnStarted {},
     Thinking {
@@ -169,6 +177,7 @@ enum WireBodyRef<'a> {
     Approval(RequestRef<'a>),
     ClientTool(RequestRef<'a>),
     Question(RequestRef<'a>),
+    AgentCall(RequestRef<'a>),
     InputGiven(&'a InputGiven),
     BranchChanged {
         leaf_id: &'a str,
@@ -188,6 +197,8 @@ enum WireBody {
         reply_id: Option<String>,
         #[serde(default)]
         parent_id: Option<String>,
+        #[serde(default)]
+        agent: Option<String>,
     },
     TurnStarted {},
     Thinking {
@@ -210,6 +221,8 @@ enum WireBody {
     ClientTool(RequestOwned),
     #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
     Question(RequestOwned),
+    #[cfg_attr(feature = "openapi", schema(value_type = InputRequest))]
+    AgentCall(RequestOwned),
     InputGiven(InputGiven),
     BranchChanged {
         leaf_id: String,
@@ -223,9 +236,11 @@ impl Serialize for EventBody {
             EventBody::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             } => WireBodyRef::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             },
             EventBody::TurnStarted {} => WireBodyRef::TurnStarted {},
             EventBody::Thinking { delta } => WireBodyRef::Thinking { delta },
@@ -247,11 +262,13 @@ impl Serialize for EventBody {
                     prompt: &r.prompt,
                     options: &r.options,
                     expires_at: &r.expires_at,
+                    call: &r.call,
                 };
                 match r.kind {
                     RequestKind::Approval => WireBodyRef::Approval(fields),
                     RequestKind::ClientTool => WireBodyRef::ClientTool(fields),
                     RequestKind::Question => WireBodyRef::Question(fields),
+                    RequestKind::AgentCall => WireBodyRef::AgentCall(fields),
                 }
             }
             EventBody::InputGiven(given) => WireBodyRef::InputGiven(given),
@@ -268,9 +285,11 @@ impl<'de> Deserialize<'de> for EventBody {
             WireBody::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             } => EventBody::TurnQueued {
                 reply_id,
                 parent_id,
+                agent,
             },
             WireBody::TurnStarted {} => EventBody::TurnStarted {},
             WireBody::Thinking { delta } => EventBody::Thinking { delta },
@@ -288,6 +307,7 @@ impl<'de> Deserialize<'de> for EventBody {
             WireBody::Approval(r) => r.into_request(RequestKind::Approval),
             WireBody::ClientTool(r) => r.into_request(RequestKind::ClientTool),
             WireBody::Question(r) => r.into_request(RequestKind::Question),
+            WireBody::AgentCall(r) => r.into_request(RequestKind::AgentCall),
             WireBody::InputGiven(given) => EventBody::InputGiven(given),
             WireBody::BranchChanged { leaf_id } => EventBody::BranchChanged { leaf_id },
         })
@@ -312,95 +332,6 @@ pub struct Truncation {
     pub field: String,
     /// Size of the field before it was cut, in bytes.
     pub original_size: usize,
-}
-
-/// The first event of a stream opened with `snapshot=1` (sent without an `id:` line).
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    /// The resume position the snapshot describes; the events after it follow.
-    pub cursor: String,
-    pub active_turns: Vec<ActiveTurn>,
-}
-
-/// An in-flight turn as of a snapshot's cursor: everything its events said so far.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ActiveTurn {
-    pub turn_id: String,
-    pub session_id: String,
-    pub state: TurnState,
-    pub thinking: String,
-    pub tools: Vec<ToolCall>,
-    pub text: String,
-    /// The agent's requests of this turn and their answers (v1.2); omitted when none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub requests: Vec<TurnRequest>,
-    /// The id of the reply this turn writes (v1.2, as its `turn_queued` says): where it goes in
-    /// the conversation tree; omitted when unknown.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply_id: Option<String>,
-    /// The user message this turn answers (v1.2, as its `turn_queued` says); omitted when
-    /// unknown.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_id: Option<String>,
-}
-
-impl ActiveTurn {
-    pub fn new(turn_id: impl Into<String>, session_id: impl Into<String>) -> Self {
-        ActiveTurn {
-            turn_id: turn_id.into(),
-            session_id: session_id.into(),
-            state: TurnState::Queued,
-            thinking: String::new(),
-            tools: Vec::new(),
-            text: String::new(),
-            requests: Vec::new(),
-            reply_id: None,
-            parent_id: None,
-        }
-    }
-
-    /// Folds one event of this turn into its progress. The server builds snapshots with this and
-    /// clients may use it to continue one, so both sides agree on what "so far" means.
-    pub fn apply(&mut self, body: &EventBody) {
-        match body {
-            EventBody::MessageReceived { .. } | EventBody::BranchChanged { .. } => {}
-            EventBody::TurnQueued {
-                reply_id,
-                parent_id,
-            } => {
-                // A turn queued before v1.2 says neither: what is known stays.
-                if reply_id.is_some() {
-                    self.reply_id.clone_from(reply_id);
-                }
-                if parent_id.is_some() {
-                    self.parent_id.clone_from(parent_id);
-                }
-            }
-            EventBody::TurnStarted {} => {
-                if !self.state.is_terminal() {
-                    self.state = TurnState::Running;
-                }
-            }
-            EventBody::Thinking { delta } => self.thinking.push_str(delta),
-            EventBody::ResponseDelta { delta } => self.text.push_str(delta),
-            EventBody::Tool(call) => merge_tool(&mut self.tools, call),
-            EventBody::TurnEnded { state, .. } => self.state = *state,
-            EventBody::InputRequested(request) => {
-                merge_request(&mut self.requests, request);
-                if !self.state.is_terminal() {
-                    self.state = TurnState::Waiting;
-                }
-            }
-            EventBody::InputGiven(given) => {
-                merge_answer(&mut self.requests, given);
-                if self.state == TurnState::Waiting && !self.requests.iter().any(|r| r.is_open()) {
-                    self.state = TurnState::Running;
-                }
-            }
-        }
-    }
 }
 
 /// Why a stream asked the client to reload history.
@@ -554,7 +485,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(EventBody::TurnQueued {
                 reply_id: None,
-                parent_id: None
+                parent_id: None,
+                agent: None,
             })
             .unwrap_or_default(),
             json!({"kind": "turn_queued"})
@@ -592,7 +524,7 @@ mod tests {
             serde_json::from_value::<EventBody>(v).ok(),
             Some(given.clone())
         );
-        let mut t = ActiveTurn::new("t", "s");
+        let mut t = crate::snapshot::ActiveTurn::new("t", "s");
         t.apply(&EventBody::TurnStarted {});
         t.apply(&asked);
         assert_eq!(t.state, TurnState::Waiting);
@@ -600,68 +532,5 @@ mod tests {
         assert_eq!(t.state, TurnState::Running);
         assert_eq!(t.requests.len(), 1);
         assert!(!t.requests[0].is_open());
-    }
-
-    #[test]
-    fn active_turn_folds() {
-        let mut t = ActiveTurn::new("t", "s");
-        t.apply(&EventBody::TurnStarted {});
-        t.apply(&EventBody::Thinking { delta: "hm".into() });
-        let mut call = ToolCall {
-            call_id: "c".into(),
-            name: "n".into(),
-            status: ToolStatus::Started,
-            input_preview: Some("in".into()),
-            output_preview: None,
-        };
-        t.apply(&EventBody::Tool(call.clone()));
-        call.status = ToolStatus::Finished;
-        call.input_preview = None;
-        call.output_preview = Some("out".into());
-        t.apply(&EventBody::Tool(call));
-        t.apply(&EventBody::ResponseDelta { delta: "a".into() });
-        t.apply(&EventBody::ResponseDelta { delta: "b".into() });
-        assert_eq!(t.state, TurnState::Running);
-        assert_eq!(t.thinking, "hm");
-        assert_eq!(t.text, "ab");
-        assert_eq!(t.tools.len(), 1);
-        assert_eq!(t.tools[0].status, ToolStatus::Finished);
-        assert_eq!(t.tools[0].input_preview.as_deref(), Some("in"));
-        assert_eq!(t.tools[0].output_preview.as_deref(), Some("out"));
-    }
-
-    /// `turn_queued` says which reply the turn writes and which message it answers (v1.2); a
-    /// turn without them (queued before v1.2) serializes as before, field for field.
-    #[test]
-    fn active_turn_knows_its_reply_and_parent_from_turn_queued() {
-        let mut t = ActiveTurn::new("t", "s");
-        let v1 = serde_json::to_value(&t).unwrap_or_default();
-        assert_eq!(
-            v1,
-            json!({"turn_id": "t", "session_id": "s", "state": "queued", "thinking": "", "tools": [], "text": ""})
-        );
-        t.apply(&EventBody::TurnQueued {
-            reply_id: Some("msg_r".into()),
-            parent_id: Some("msg_u".into()),
-        });
-        t.apply(&EventBody::TurnStarted {});
-        assert_eq!(t.reply_id.as_deref(), Some("msg_r"));
-        assert_eq!(t.parent_id.as_deref(), Some("msg_u"));
-        let v = serde_json::to_value(&t).unwrap_or_default();
-        assert_eq!(v["reply_id"], "msg_r");
-        assert_eq!(v["parent_id"], "msg_u");
-        assert_eq!(
-            serde_json::from_value::<ActiveTurn>(v).ok(),
-            Some(t.clone())
-        );
-        // An old turn_queued (no ids) leaves what is known.
-        t.apply(&EventBody::TurnQueued {
-            reply_id: None,
-            parent_id: None,
-        });
-        assert_eq!(t.reply_id.as_deref(), Some("msg_r"));
-        // A v1.1 snapshot's turn (no ids) still parses.
-        let old: ActiveTurn = serde_json::from_value(v1).expect("parses");
-        assert_eq!(old.reply_id, None);
     }
 }

@@ -3,9 +3,11 @@
 //! waits, holding nothing, until every open request is answered with
 //! `POST /api/turns/{turn}/input` (or times out); then it continues.
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::call::CallTarget;
 use crate::limits::MAX_ID_LEN;
+pub use crate::raw_json::RawJson;
 use crate::turn::TurnState;
 
 /// Most requests one turn may open.
@@ -19,193 +21,6 @@ pub const MAX_INPUT_JSON_BYTES: usize = 64 * 1024;
 /// The answer the server gives a request whose time ran out (`by` is `null`).
 pub const TIMED_OUT_ANSWER: &str = r#"{"timed_out":true}"#;
 
-/// A JSON value of any kind (a tool's input, a client tool's output, an answer), carried as its
-/// compact text: the browser SDK holds it without a JSON tree, and the server hands it on as it
-/// came, key order included.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RawJson(String);
-
-impl RawJson {
-    /// `null`.
-    pub fn null() -> RawJson {
-        RawJson("null".to_string())
-    }
-
-    /// A value from its JSON text; `None` when the text is not one JSON value.
-    pub fn parse(text: &str) -> Option<RawJson> {
-        serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
-        Some(RawJson(compact(text)))
-    }
-
-    /// A value from text already known to be compact JSON (what `JSON.stringify` returns).
-    pub fn trusted(text: String) -> RawJson {
-        RawJson(text)
-    }
-
-    pub fn from_value(value: &serde_json::Value) -> RawJson {
-        RawJson(value.to_string())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The value as a tree (`null` if the text does not parse, which `parse` rules out).
-    pub fn to_value(&self) -> serde_json::Value {
-        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
-    }
-
-    /// Whether both hold the same value, whatever the order of their objects' keys.
-    pub fn same_value(&self, other: &RawJson) -> bool {
-        self.0 == other.0 || self.to_value() == other.to_value()
-    }
-}
-
-/// JSON text without the whitespace between its tokens.
-fn compact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in text.chars() {
-        if in_string {
-            out.push(c);
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_string = false;
-            }
-        } else if !c.is_ascii_whitespace() {
-            if c == '"' {
-                in_string = true;
-            }
-            out.push(c);
-        }
-    }
-    out
-}
-
-impl Serialize for RawJson {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match serde_json::value::RawValue::from_string(self.0.clone()) {
-            Ok(raw) => raw.serialize(s),
-            Err(e) => Err(serde::ser::Error::custom(e)),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for RawJson {
-    /// Writes the value back as compact text as it is read, keys in the order they came. (Not
-    /// `RawValue`, which serde cannot read inside the tagged enums events are.)
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut out = String::new();
-        d.deserialize_any(Writer(&mut out))?;
-        Ok(RawJson(out))
-    }
-}
-
-/// Writes the JSON text of the value it visits to its string.
-struct Writer<'a>(&'a mut String);
-
-/// One value, written into the string a [`Writer`] holds.
-struct Nested<'a>(&'a mut String);
-
-impl<'de> serde::de::DeserializeSeed<'de> for Nested<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(Writer(self.0))
-    }
-}
-
-fn quoted(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
-}
-
-impl<'de> serde::de::Visitor<'de> for Writer<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
-        self.0.push_str(if v { "true" } else { "false" });
-        Ok(())
-    }
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
-        self.0.push_str(&v.to_string());
-        Ok(())
-    }
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
-        self.0.push_str(&v.to_string());
-        Ok(())
-    }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
-        // JSON has no NaN or infinity; serde_json writes them as null.
-        self.0
-            .push_str(&serde_json::to_string(&v).unwrap_or_else(|_| "null".to_string()));
-        Ok(())
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
-        self.0.push_str(&quoted(v));
-        Ok(())
-    }
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        self.0.push_str("null");
-        Ok(())
-    }
-    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
-        self.visit_unit()
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.0.push('[');
-        let mut first = true;
-        loop {
-            if !first {
-                self.0.push(',');
-            }
-            if seq.next_element_seed(Nested(self.0))?.is_none() {
-                if !first {
-                    self.0.pop();
-                }
-                break;
-            }
-            first = false;
-        }
-        self.0.push(']');
-        Ok(())
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.0.push('{');
-        let mut first = true;
-        while let Some(key) = map.next_key::<String>()? {
-            if !first {
-                self.0.push(',');
-            }
-            first = false;
-            self.0.push_str(&quoted(&key));
-            self.0.push(':');
-            map.next_value_seed(Nested(self.0))?;
-        }
-        self.0.push('}');
-        Ok(())
-    }
-}
-
-#[cfg(feature = "openapi")]
-impl utoipa::PartialSchema for RawJson {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::schema::ObjectBuilder::new()
-            .description(Some("Any JSON value."))
-            .into()
-    }
-}
-
-#[cfg(feature = "openapi")]
-impl utoipa::ToSchema for RawJson {}
-
 /// What an agent asks for.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -217,6 +32,9 @@ pub enum RequestKind {
     ClientTool,
     /// A question in free text, with optional suggested `options`; answered with `text`.
     Question,
+    /// A call of another agent (v1.3): answered by the server when the child turn ends, with
+    /// `{turn_id, state, text, error?}`.
+    AgentCall,
 }
 
 impl RequestKind {
@@ -225,6 +43,7 @@ impl RequestKind {
             RequestKind::Approval => "approval",
             RequestKind::ClientTool => "client_tool",
             RequestKind::Question => "question",
+            RequestKind::AgentCall => "agent_call",
         }
     }
 
@@ -233,6 +52,7 @@ impl RequestKind {
             "approval" => RequestKind::Approval,
             "client_tool" => RequestKind::ClientTool,
             "question" => RequestKind::Question,
+            "agent_call" => RequestKind::AgentCall,
             _ => return None,
         })
     }
@@ -270,6 +90,9 @@ pub struct InputRequest {
     /// fills it in from `--input-timeout-secs` when the agent leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// For `agent_call` (v1.3): the child turn the call runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<CallTarget>,
 }
 
 impl InputRequest {
@@ -287,6 +110,10 @@ impl InputRequest {
             (RequestKind::Question, Some(_)) => return Err("a question has no `tool`".to_string()),
             (RequestKind::Question, None) if self.prompt.is_none() => {
                 return Err("a question needs `prompt`".to_string())
+            }
+            (RequestKind::AgentCall, Some(_)) => return Err("a call has no `tool`".to_string()),
+            (RequestKind::AgentCall, None) if self.call.is_none() => {
+                return Err("a call needs `call`".to_string())
             }
             _ => {}
         }
@@ -353,6 +180,9 @@ pub struct TurnRequest {
     pub options: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// For `agent_call` (v1.3): the child turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<CallTarget>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<RawJson>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -368,6 +198,7 @@ impl TurnRequest {
             prompt: request.prompt.clone(),
             options: request.options.clone(),
             expires_at: request.expires_at,
+            call: request.call.clone(),
             answer: None,
             answered_by: None,
         }
@@ -482,7 +313,10 @@ impl InputAnswerRequest {
                             ));
                         }
                         // Kept as it came (key order too): `{"output": <output>}`.
-                        return Ok(RawJson(format!(r#"{{"output":{}}}"#, output.as_str())));
+                        return Ok(RawJson::trusted(format!(
+                            r#"{{"output":{}}}"#,
+                            output.as_str()
+                        )));
                     }
                     (None, Some(error)) => {
                         answer.insert("error".into(), error.clone().into());
@@ -494,6 +328,9 @@ impl InputAnswerRequest {
                         )
                     }
                 }
+            }
+            RequestKind::AgentCall => {
+                return Err("a call is answered by the end of its child turn".to_string())
             }
             RequestKind::Question => {
                 only(&["text"])?;
@@ -630,6 +467,7 @@ mod tests {
             prompt: None,
             options: None,
             expires_at: None,
+            call: None,
         };
         assert!(r.check().is_err());
         r.tool = Some(ToolRequest {

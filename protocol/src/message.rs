@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::attachment::Attachment;
+use crate::call::CalledBy;
 use crate::input::TurnRequest;
 use crate::turn::TurnState;
 
@@ -113,6 +114,9 @@ pub struct Message {
     /// answers; omitted when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<TurnRequest>,
+    /// On the user message of a called turn (v1.3): the call that posted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_by: Option<CalledBy>,
 }
 
 /// A message's place among its parent's children (contract v1.2): versions made by edits (user

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::api::Usage;
+use crate::attachment::Attachment;
+use crate::call::CalledBy;
 use crate::input::{InputRequest, RawJson};
 use crate::message::Message;
 use crate::turn::{ToolCall, TurnState};
@@ -31,6 +33,10 @@ pub struct ClaimRequest {
     /// Most turns to hand out, 1 to [`MAX_CLAIM_TURNS`].
     #[serde(default = "one")]
     pub max_turns: u32,
+    /// Only turns of these agents (v1.3), at most
+    /// [`MAX_CLAIM_AGENTS`](crate::call::MAX_CLAIM_AGENTS); absent: every agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<Vec<String>>,
 }
 
 fn one() -> u32 {
@@ -56,6 +62,16 @@ pub struct ClaimedTurn {
     /// Set when the turn ran before, waited for input and was answered (v1.2): continue it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continuation: Option<Continuation>,
+    /// The turn's agent (v1.3).
+    #[serde(default = "default_agent")]
+    pub agent: String,
+    /// For a called turn (v1.3): the call that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub called_by: Option<CalledBy>,
+}
+
+fn default_agent() -> String {
+    crate::call::DEFAULT_AGENT.to_string()
 }
 
 /// What a worker continuing a turn needs (v1.2).
@@ -103,6 +119,23 @@ pub enum WorkerEvent {
     Tool(ToolCall),
     /// The agent asks (v1.2); then `POST .../wait` ends the lease and the turn waits.
     InputRequested(InputRequest),
+    /// The agent calls another agent (v1.3): a request of kind `agent_call` in this turn and a
+    /// child turn of `agent` in session `session_id`, with `content` as its user message; then
+    /// `POST .../wait`, and the child's end answers it.
+    Call(CallEvent),
+}
+
+/// A worker's `{"type": "call", ...}` event (v1.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CallEvent {
+    /// Unique in the calling turn, as any request's id.
+    pub request_id: String,
+    pub agent: String,
+    pub session_id: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 /// `POST /api/worker/turns/{turn}/wait` (v1.2): ends the lease after `input_requested` events;

@@ -38,6 +38,9 @@ pub enum Error {
     InvalidRequest(String),
     #[error("a turn of the session is queued, running or waiting")]
     SessionBusy,
+    /// A call (v1.3) refused: nothing of it, nor of the batch it came in, was written.
+    #[error("call refused: {0}")]
+    CallRefused(crate::journal::CallRefusal),
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("resync required: {}", .0.as_str())]

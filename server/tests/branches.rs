@@ -638,8 +638,11 @@ async fn a_journal_from_before_regeneration_ids_migrates() -> TestResult {
     let mut s = TestServer::start(&[])?;
     ask(&s, "m1", "/echo a").await?;
     s.kill9()?;
+    // Back to the schema before regeneration ids: what came after them (v1.3's agents) too.
     let undo =
-        "DROP INDEX turns_by_client_request; ALTER TABLE turns DROP COLUMN client_request_id;";
+        "DROP INDEX turns_by_client_request; ALTER TABLE turns DROP COLUMN client_request_id;
+        ALTER TABLE turns DROP COLUMN agent; ALTER TABLE turns DROP COLUMN called_by;
+        ALTER TABLE messages DROP COLUMN called_by;";
     match s.database_url() {
         Some(url) => {
             pg::sql(

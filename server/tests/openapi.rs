@@ -148,11 +148,11 @@ async fn the_served_description_matches_the_protocol_doc() -> TestResult {
         .iter()
         .map(|v| kind_of(v).ok_or_else(|| format!("a variant without kind: {v}")))
         .collect::<Result<_, _>>()?;
-    // An `input_requested` event's data says the request's kind (v1.2).
+    // An `input_requested` event's data says the request's kind (v1.2; `agent_call`, v1.3).
     let expected: Vec<&str> = EVENT_KINDS
         .iter()
         .flat_map(|k| match *k {
-            "input_requested" => vec!["approval", "client_tool", "question"],
+            "input_requested" => vec!["approval", "client_tool", "question", "agent_call"],
             k => vec![k],
         })
         .collect();
@@ -166,6 +166,17 @@ async fn the_served_description_matches_the_protocol_doc() -> TestResult {
     assert!(schemas["PostMessageRequest"]["properties"]
         .get("author")
         .is_some());
+    // v1.3 fields are described.
+    assert!(schemas["PostMessageRequest"]["properties"]
+        .get("agent")
+        .is_some());
+    assert!(schemas["ClaimRequest"]["properties"]
+        .get("agents")
+        .is_some());
+    assert!(schemas["ClaimedTurn"]["properties"]
+        .get("called_by")
+        .is_some());
+    assert!(schemas["TurnInfo"]["properties"].get("agent").is_some());
 
     // Security: the three schemes, required on /api (except this document), not elsewhere.
     let schemes = &doc["components"]["securitySchemes"];

@@ -622,6 +622,8 @@ fn answer_json(kind: RequestKind, answer: &JsValue) -> Option<String> {
                 o.str("error", &text("error")?);
             }
         }
+        // A call (v1.3) is answered by its child turn's end, never by a person.
+        RequestKind::AgentCall => return None,
         RequestKind::Question => match answer.as_string() {
             Some(t) => write_str(o.key("text"), &t),
             None => {

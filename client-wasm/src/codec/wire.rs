@@ -2,10 +2,11 @@
 //! turn statuses, POST answers, error bodies) and the request bodies the SDK sends.
 
 use turnstream_protocol::{
-    ActiveTurn, Attachment, CancelResponse, ErrorDetail, Event, EventBody, HistoryResponse,
-    InputGiven, InputRequest, Message, MessageStatus, OnBusy, PostMessageResponse, RawJson,
-    RegenerateResponse, RequestKind, ResyncReason, ResyncRequired, Role as WireRole, Siblings,
-    Snapshot, ToolCall, ToolRequest, ToolStatus, Truncation, TurnInfo, TurnRequest, TurnState,
+    ActiveTurn, Attachment, CallTarget, CalledBy, CancelResponse, ErrorDetail, Event, EventBody,
+    HistoryResponse, InputGiven, InputRequest, Message, MessageStatus, OnBusy, PostMessageResponse,
+    RawJson, RegenerateResponse, RequestKind, ResyncReason, ResyncRequired, Role as WireRole,
+    Siblings, Snapshot, ToolCall, ToolRequest, ToolStatus, Truncation, TurnInfo, TurnRequest,
+    TurnState,
 };
 
 use super::{strings_of, write_strings, Fields, Obj, Value, U32_MAX};
@@ -56,8 +57,32 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
         parent_id: f.opt_str("parent_id"),
         siblings: f.opt("siblings", siblings),
         requests: f.list("requests", turn_request),
+        called_by: f.opt("called_by", called_by),
     };
     f.done(m)
+}
+
+/// Who called a turn (v1.3).
+fn called_by<V: Value>(v: &V) -> Option<CalledBy> {
+    let mut f = Fields::new(v);
+    let c = CalledBy {
+        turn_id: f.str("turn_id"),
+        session_id: f.str("session_id"),
+        request_id: f.str("request_id"),
+    };
+    f.done(c)
+}
+
+/// The child turn of an `agent_call` request (v1.3).
+fn call_target<V: Value>(v: &V) -> Option<CallTarget> {
+    let mut f = Fields::new(v);
+    let c = CallTarget {
+        agent: f.str("agent"),
+        session_id: f.str("session_id"),
+        turn_id: f.str("turn_id"),
+        message_id: f.str("message_id"),
+    };
+    f.done(c)
 }
 
 /// A message's versions (v1.2).
@@ -122,6 +147,7 @@ fn input_request<V: Value>(f: &mut Fields<'_, V>, kind: RequestKind) -> InputReq
         prompt: f.opt_str("prompt"),
         options: f.opt("options", strings_of),
         expires_at: f.opt_int("expires_at"),
+        call: f.opt("call", call_target),
     }
 }
 
@@ -137,6 +163,7 @@ pub fn turn_request<V: Value>(v: &V) -> Option<TurnRequest> {
         prompt: r.prompt,
         options: r.options,
         expires_at: r.expires_at,
+        call: r.call,
         answer: f.opt_raw("answer"),
         answered_by: f.opt_str("answered_by"),
     };
@@ -169,6 +196,7 @@ pub fn event<V: Value>(v: &V) -> Option<Event> {
         "turn_queued" => EventBody::TurnQueued {
             reply_id: f.opt_str("reply_id"),
             parent_id: f.opt_str("parent_id"),
+            agent: f.opt_str("agent"),
         },
         "branch_changed" => EventBody::BranchChanged {
             leaf_id: f.str("leaf_id"),
@@ -213,6 +241,8 @@ fn active_turn<V: Value>(v: &V) -> Option<ActiveTurn> {
         requests: f.list("requests", turn_request),
         reply_id: None,
         parent_id: None,
+        agent: f.opt_str("agent"),
+        called_by: f.opt("called_by", called_by),
     };
     f.done(t)
 }
@@ -285,6 +315,8 @@ pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
         requests: f.list("requests", turn_request),
         reply_id: None,
         parent_id: None,
+        agent: f.opt_str("agent"),
+        called_by: f.opt("called_by", called_by),
     };
     f.done(t)
 }

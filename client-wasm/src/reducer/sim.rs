@@ -53,6 +53,7 @@ pub fn request(k: usize, n: u8) -> InputRequest {
         ),
     };
     InputRequest {
+        call: None,
         request_id: format!("r{n}"),
         kind,
         tool,
@@ -323,6 +324,7 @@ impl Builder {
             self.seq,
             Some(format!("t{k}")),
             EventBody::TurnQueued {
+                agent: None,
                 reply_id: Some(reply),
                 parent_id: Some(parent),
             },
@@ -352,6 +354,7 @@ impl Builder {
         };
         let turn_id = format!("t{k}");
         let message = Message {
+            called_by: None,
             message_id: format!("m{k}"),
             client_message_id: client_message_id.clone(),
             role: Role::User,
@@ -416,6 +419,7 @@ impl Builder {
             }
         }
         let message = Message {
+            called_by: None,
             message_id: format!("a{k}"),
             client_message_id: None,
             role: Role::Assistant,
@@ -465,6 +469,7 @@ impl SimSession {
                 EventBody::TurnQueued {
                     reply_id: Some(r),
                     parent_id,
+                    ..
                 } => {
                     tree.push((r.clone(), parent_id.clone()));
                     leaf = Some(r.clone());
@@ -578,6 +583,7 @@ impl SimSession {
                     EventBody::TurnQueued {
                         reply_id,
                         parent_id,
+                        ..
                     } if e.turn_id.as_ref() == Some(&a.turn_id) => {
                         Some((reply_id.clone(), parent_id.clone()))
                     }
@@ -635,6 +641,8 @@ impl SimSession {
                     .into_iter()
                     .find(|a| a.turn_id == turn_id);
                 info = Some(turnstream_protocol::TurnInfo {
+                    agent: None,
+                    called_by: None,
                     turn_id: turn_id.to_owned(),
                     session_id: SESSION.to_owned(),
                     state: *state,

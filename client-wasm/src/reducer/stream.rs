@@ -93,6 +93,7 @@ impl Conversation {
             EventBody::TurnQueued {
                 reply_id: Some(reply_id),
                 parent_id,
+                ..
             } => {
                 let Some(turn_id) = &e.turn_id else {
                     return false;

@@ -24,6 +24,7 @@ fn ev(seq: i64, turn: &str, body: EventBody) -> Event {
 
 fn user_msg(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Message {
     Message {
+        called_by: None,
         message_id: format!("m{n}"),
         client_message_id: cmid.map(Into::into),
         role: WireRole::User,
@@ -42,6 +43,7 @@ fn user_msg(seq: i64, n: u32, cmid: Option<&str>, content: &str) -> Message {
 
 fn reply(seq: i64, n: u32, status: MessageStatus, content: &str) -> Message {
     Message {
+        called_by: None,
         message_id: format!("a{n}"),
         client_message_id: None,
         role: WireRole::Assistant,
@@ -100,6 +102,8 @@ fn history(cursor: &str, messages: Vec<Message>) -> HistoryResponse {
 
 fn info(n: u32, state: TurnState, text: &str, message: Option<Message>) -> TurnInfo {
     TurnInfo {
+        agent: None,
+        called_by: None,
         turn_id: format!("t{n}"),
         session_id: S.into(),
         state,
@@ -1048,6 +1052,8 @@ fn requests_come_from_snapshots_turn_statuses_and_the_cache() {
     assert_eq!(reloaded.next_answer(), answered.next_answer());
     // A turn that ended while no page listened keeps its requests from its status.
     let mut info = TurnInfo {
+        agent: None,
+        called_by: None,
         turn_id: "t1".into(),
         session_id: S.into(),
         state: TurnState::Completed,
@@ -1102,6 +1108,7 @@ fn view_cost_of_a_long_session() {
             Some(t.clone()),
             EventBody::MessageReceived {
                 message: Message {
+                    called_by: None,
                     message_id: format!("m{k}"),
                     client_message_id: None,
                     role: R::User,
@@ -1123,6 +1130,7 @@ fn view_cost_of_a_long_session() {
             seq,
             Some(t.clone()),
             EventBody::TurnQueued {
+                agent: None,
                 reply_id: Some(format!("a{k}")),
                 parent_id: Some(format!("m{k}")),
             },
@@ -1134,6 +1142,7 @@ fn view_cost_of_a_long_session() {
             EventBody::TurnEnded {
                 state: TurnState::Completed,
                 message: Some(Message {
+                    called_by: None,
                     message_id: format!("a{k}"),
                     client_message_id: None,
                     role: R::Assistant,
@@ -1176,6 +1185,7 @@ fn queued(seq: i64, n: u32, parent: &str) -> Event {
         seq,
         &format!("t{n}"),
         EventBody::TurnQueued {
+            agent: None,
             reply_id: Some(format!("a{n}")),
             parent_id: Some(parent.into()),
         },

@@ -1,16 +1,18 @@
 //! The built-in demo agent: needs no network, and its directives make every turn lifecycle path
 //! reachable from outside (`/echo`, `/deltas`, `/sleep`, `/fail`, `/bigtool`; and, v1.2,
-//! `/approve`, `/ask`, `/clienttool`, which ask for input and continue with the answer).
+//! `/approve`, `/ask`, `/clienttool`, which ask for input and continue with the answer; and,
+//! v1.3, `/call AGENT SESSION TEXT`, which calls another agent and replies with its answer).
 
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use turnstream_protocol::{
-    ActiveTurn, InputRequest, RawJson, RequestKind, ToolCall, ToolRequest, ToolStatus,
+    ActiveTurn, CallAnswer, InputRequest, RawJson, RequestKind, ToolCall, ToolRequest, ToolStatus,
+    TurnState,
 };
 
-use super::{Agent, AgentError, TurnContext, TurnSink};
+use super::{Agent, AgentCall, AgentError, CallRefused, TurnContext, TurnSink};
 
 /// Largest `/bigtool` output, so a directive cannot exhaust memory.
 pub const MAX_BIGTOOL_BYTES: usize = 16 * 1024 * 1024;
@@ -39,6 +41,13 @@ pub enum Directive {
     ClientTool(String),
     /// Replies with its context, one line per message, `ROLE: CONTENT`, its own message last.
     Context,
+    /// Calls agent `agent` with message `text` in session `session` (v1.3), then replies with
+    /// its answer.
+    Call {
+        agent: String,
+        session: String,
+        text: String,
+    },
     Chat(String),
 }
 
@@ -77,6 +86,19 @@ impl Directive {
             },
             "/approve" => Directive::Approve(rest.trim().to_string()),
             "/context" => Directive::Context,
+            "/call" => {
+                let mut parts = rest.trim_start().splitn(3, char::is_whitespace);
+                match (parts.next(), parts.next()) {
+                    (Some(agent), Some(session)) if !agent.is_empty() && !session.is_empty() => {
+                        Directive::Call {
+                            agent: agent.to_string(),
+                            session: session.to_string(),
+                            text: parts.next().unwrap_or("").trim_start().to_string(),
+                        }
+                    }
+                    _ => Directive::Chat(message.to_string()),
+                }
+            }
             "/ask" => Directive::Ask(rest.trim().to_string()),
             "/clienttool" if !rest.trim().is_empty() => {
                 Directive::ClientTool(rest.trim().to_string())
@@ -90,6 +112,18 @@ impl Directive {
 const APPROVAL_ID: &str = "demo_approval";
 const QUESTION_ID: &str = "demo_question";
 const CLIENT_TOOL_ID: &str = "demo_client_tool";
+const CALL_ID: &str = "demo_call";
+
+/// The answer to call `id` in the turn so far (v1.3), once its child ended.
+fn call_answer(so_far: Option<&ActiveTurn>, id: &str) -> Option<CallAnswer> {
+    let answer = so_far?
+        .requests
+        .iter()
+        .find(|r| r.request_id == id)?
+        .answer
+        .as_ref()?;
+    serde_json::from_str(answer.as_str()).ok()
+}
 
 /// Any answer's fields, as the demo reads them.
 #[derive(Debug, Default, Deserialize)]
@@ -197,6 +231,7 @@ impl DemoAgent {
                     prompt: None,
                     options: None,
                     expires_at: None,
+                    call: None,
                 }),
                 Some(a) if a.timed_out => self.stream(&sink, &format!("Timed out: {text}")).await,
                 Some(a) => {
@@ -218,6 +253,7 @@ impl DemoAgent {
                     prompt: Some(prompt),
                     options: None,
                     expires_at: None,
+                    call: None,
                 }),
                 Some(a) if a.timed_out => self.stream(&sink, &format!("Timed out: {prompt}")).await,
                 Some(a) => {
@@ -237,6 +273,7 @@ impl DemoAgent {
                     prompt: None,
                     options: None,
                     expires_at: None,
+                    call: None,
                 }),
                 Some(a) if a.timed_out => self.stream(&sink, &format!("Timed out: {name}")).await,
                 Some(AnswerFields {
@@ -249,6 +286,36 @@ impl DemoAgent {
                     let output = a.output.unwrap_or_else(RawJson::null);
                     self.stream(&sink, &format!("The tool returned: {}", output.as_str()))
                         .await
+                }
+            },
+            Directive::Call {
+                agent,
+                session,
+                text,
+            } => match call_answer(so_far, CALL_ID) {
+                None => {
+                    let call = AgentCall {
+                        request_id: CALL_ID.into(),
+                        agent: agent.clone(),
+                        session_id: session,
+                        content: text,
+                    };
+                    // Opened, the turn waits for the child's end; refused, it says why.
+                    if let Err(CallRefused(code)) = sink.call(call).await {
+                        self.stream(&sink, &format!("{agent} refused: {code}"))
+                            .await;
+                    }
+                }
+                Some(a) if a.state == TurnState::Completed => {
+                    self.stream(&sink, &format!("{agent} answered: {}", a.text))
+                        .await
+                }
+                Some(a) => {
+                    self.stream(
+                        &sink,
+                        &format!("{agent} ended {}: {}", a.state.as_str(), a.text),
+                    )
+                    .await
                 }
             },
             Directive::Echo(text) => self.stream(&sink, &text).await,
@@ -382,6 +449,18 @@ mod tests {
         assert_eq!(
             Directive::parse("/clienttool get_location"),
             Directive::ClientTool("get_location".into())
+        );
+        assert_eq!(
+            Directive::parse("/call researcher s2 /echo hello"),
+            Directive::Call {
+                agent: "researcher".into(),
+                session: "s2".into(),
+                text: "/echo hello".into()
+            }
+        );
+        assert_eq!(
+            Directive::parse("/call researcher"),
+            Directive::Chat("/call researcher".into())
         );
     }
 

@@ -4,12 +4,14 @@
 pub mod demo;
 pub mod openai;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::mpsc;
-use turnstream_protocol::{ActiveTurn, Attachment, InputRequest, Message, ToolCall, Usage};
+use tokio::sync::{mpsc, oneshot};
+use turnstream_protocol::{
+    ActiveTurn, Attachment, CallTarget, InputRequest, Message, ToolCall, Usage,
+};
 
 use demo::DemoAgent;
 use openai::{OpenAiAgent, OpenAiOptions};
@@ -71,6 +73,52 @@ pub enum Emission {
     /// A request for input (v1.2): once the agent returns, the turn waits for the answers,
     /// holding nothing, and the agent is called again with them.
     Request(InputRequest),
+    /// A call of another agent (v1.3), and where to say whether it opened.
+    Call(AgentCall, CallReply),
+}
+
+/// A call a built-in agent opens (v1.3): agent `agent` answers `content` in session
+/// `session_id`; the answer comes as the request `request_id`'s, as for [`TurnSink::request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCall {
+    pub request_id: String,
+    pub agent: String,
+    pub session_id: String,
+    pub content: String,
+}
+
+/// Why a call did not open: the error code (`call_cycle`, `call_depth_exceeded`,
+/// `invalid_body`, or what the storage said).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("call refused: {0}")]
+pub struct CallRefused(pub String);
+
+/// Whether a call opened: the child turn, or why not.
+pub type CallOutcome = Result<CallTarget, CallRefused>;
+
+/// Where the emitter says whether a call opened (taken once).
+#[derive(Clone)]
+pub struct CallReply(Arc<Mutex<Option<oneshot::Sender<CallOutcome>>>>);
+
+impl CallReply {
+    /// Says how the call went (only the first time).
+    pub fn send(&self, outcome: CallOutcome) {
+        if let Some(tx) = crate::mutex::lock(&self.0).take() {
+            let _ = tx.send(outcome);
+        }
+    }
+}
+
+impl std::fmt::Debug for CallReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallReply")
+    }
+}
+
+impl PartialEq for CallReply {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// Where an agent sends its output. Sending never blocks; turn execution journals (and coalesces) it.
@@ -114,6 +162,20 @@ impl TurnSink {
     /// [`TurnContext::continuation`].
     pub fn request(&self, request: InputRequest) {
         let _ = self.tx.send(Emission::Request(request));
+    }
+
+    /// Opens a call of another agent (v1.3) and says whether it opened: the child turn, or why
+    /// not. Once open, the agent returns `Ok`; the turn waits, and the agent is called again
+    /// when the child ended, with its `{turn_id, state, text, error?}` as the request's answer
+    /// in [`TurnContext::continuation`].
+    pub async fn call(&self, call: AgentCall) -> CallOutcome {
+        let (tx, rx) = oneshot::channel();
+        let reply = CallReply(Arc::new(Mutex::new(Some(tx))));
+        if self.tx.send(Emission::Call(call, reply)).is_err() {
+            return Err(CallRefused("turn_ended".into()));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(CallRefused("turn_ended".into())))
     }
 }
 

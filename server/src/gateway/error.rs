@@ -103,6 +103,13 @@ impl From<Error> for AppError {
             Error::InvalidRequest(_) => {
                 AppError::new(StatusCode::BAD_REQUEST, "invalid_request", e.to_string())
             }
+            Error::CallRefused(refusal) => {
+                let status = match refusal {
+                    crate::journal::CallRefusal::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    _ => StatusCode::CONFLICT,
+                };
+                AppError::new(status, refusal.code(), refusal.to_string())
+            }
             Error::SessionBusy => {
                 AppError::new(StatusCode::CONFLICT, "session_busy", e.to_string())
             }

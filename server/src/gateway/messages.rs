@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use turnstream_protocol::attachment::{check_attachments, AttachmentError};
+use turnstream_protocol::call::{is_valid_agent, DEFAULT_AGENT, MAX_AGENT_LEN};
 use turnstream_protocol::limits::MAX_CONTENT_BYTES;
 use turnstream_protocol::{OnBusy, PostMessageRequest};
 
@@ -59,6 +60,17 @@ pub(super) async fn post_message(
             "parent_id is null or a message id: 1 to 128 characters of [A-Za-z0-9_.:-]",
         )?;
     }
+    let agent = match req.agent.as_deref() {
+        None => DEFAULT_AGENT.to_string(),
+        Some(a) if is_valid_agent(a) => a.to_string(),
+        Some(_) => {
+            return Err(AppError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_body",
+                format!("agent is 1 to {MAX_AGENT_LEN} characters of [a-z0-9_-]"),
+            ))
+        }
+    };
     if let Some(cmid) = &req.client_message_id {
         body_id(
             cmid,
@@ -86,6 +98,7 @@ pub(super) async fn post_message(
                 client_message_id: req.client_message_id,
                 author,
                 parent: req.parent_id,
+                agent,
             },
             Admission {
                 max_active_turns: state.limits.max_active_turns,

@@ -10,13 +10,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
+use turnstream_protocol::call::{is_valid_agent, MAX_AGENT_LEN, MAX_CLAIM_AGENTS};
 use turnstream_protocol::limits::is_valid_id;
 use turnstream_protocol::worker::{
     ClaimRequest, ClaimResponse, ClaimedTurn, CompleteRequest, EventsRequest, FailRequest,
     HeartbeatRequest, LeaseGrant, WaitRequest, WorkerAck, WorkerEvent, MAX_CLAIM_TURNS,
     MAX_CLAIM_WAIT_MS, MAX_WORKER_ERROR_BYTES, MAX_WORKER_EVENTS,
 };
-use turnstream_protocol::{ErrorDetail, ToolCall, TurnState};
+use turnstream_protocol::{ErrorDetail, RequestKind, ToolCall, TurnState};
 
 use super::error::AppError;
 use super::extract::{Body, TurnId};
@@ -159,6 +160,16 @@ async fn claim(
             "max_turns is 1 to {MAX_CLAIM_TURNS}"
         )));
     }
+    if let Some(agents) = &req.agents {
+        if agents.is_empty()
+            || agents.len() > MAX_CLAIM_AGENTS
+            || !agents.iter().all(|a| is_valid_agent(a))
+        {
+            return Err(unprocessable(format!(
+                "agents is 1 to {MAX_CLAIM_AGENTS} names, each 1 to {MAX_AGENT_LEN} characters of [a-z0-9_-]"
+            )));
+        }
+    }
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(req.wait_ms);
     loop {
         // Enabled before looking, so a turn queued while looking still wakes this claim.
@@ -175,6 +186,7 @@ async fn claim(
                 req.max_turns as usize,
                 dispatch.lease,
                 AGENT_HISTORY,
+                req.agents.clone(),
             )
             .await?;
         if !claimed.is_empty() {
@@ -190,6 +202,8 @@ async fn claim(
                         expires_at: c.lease.expires_at,
                     },
                     continuation: c.continuation,
+                    agent: c.turn.agent,
+                    called_by: c.turn.called_by,
                 })
                 .collect();
             return Ok(Json(ClaimResponse { turns }).into_response());
@@ -319,10 +333,18 @@ async fn events(
             "at most {MAX_WORKER_EVENTS} events per request"
         )));
     }
+    let mut calls = false;
     for e in &req.events {
         match e {
             WorkerEvent::Tool(call) => check_tool(call)?,
+            WorkerEvent::InputRequested(request) if request.kind == RequestKind::AgentCall => {
+                return Err(unprocessable(
+                    "a call is opened with a `call` event, not an `input_requested` one",
+                ))
+            }
             WorkerEvent::InputRequested(request) => request.check().map_err(unprocessable)?,
+            // Checked again where it is opened, against the caller's chain (v1.3).
+            WorkerEvent::Call(_) => calls = true,
             WorkerEvent::Thinking { .. } | WorkerEvent::Response { .. } => {}
         }
     }
@@ -330,7 +352,12 @@ async fn events(
         seq: req.seq,
         events: worker_events(req.events),
     };
-    act(&state, &dispatch, &turn, &req.lease, op).await
+    let answer = act(&state, &dispatch, &turn, &req.lease, op).await;
+    if calls {
+        // The calls' child turns are claimable now.
+        dispatch.notify();
+    }
+    answer
 }
 
 async fn heartbeat(

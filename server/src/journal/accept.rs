@@ -3,12 +3,12 @@
 //! first, and the server-made ids.
 
 use turnstream_protocol::{
-    Attachment, EventBody, Message, MessageStatus, PostMessageResponse, Role,
+    Attachment, CalledBy, EventBody, Message, MessageStatus, PostMessageResponse, Role,
 };
 
-use super::rows::attachments_column;
+use super::rows::{attachments_column, called_by_column};
 use super::sql::{params, Sql};
-use super::Journal;
+use super::{Journal, WriteCtx};
 use crate::error::{Error, Result};
 
 /// The result of accepting a message.
@@ -21,7 +21,7 @@ pub struct Accepted {
 }
 
 /// A user message to accept.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NewMessage {
     pub content: String,
     pub attachments: Vec<Attachment>,
@@ -30,6 +30,89 @@ pub struct NewMessage {
     /// The message it follows (v1.2): `None`, the active leaf; `Some(None)`, none (a first
     /// message); `Some(Some(id))`, that message (an edit of its child).
     pub parent: Option<Option<String>>,
+    /// The turn's agent (v1.3), checked by the caller.
+    pub agent: String,
+}
+
+impl Default for NewMessage {
+    fn default() -> Self {
+        NewMessage {
+            content: String::new(),
+            attachments: Vec::new(),
+            client_message_id: None,
+            author: None,
+            parent: None,
+            agent: turnstream_protocol::call::DEFAULT_AGENT.to_string(),
+        }
+    }
+}
+
+/// A turn to queue with its user message, its ids drawn already: a posted message's, or a
+/// call's child (v1.3), whose ids the caller's request names.
+pub(super) struct Queued<'a> {
+    pub session_id: &'a str,
+    pub message_id: &'a str,
+    pub turn_id: &'a str,
+    pub content: &'a str,
+    pub attachments: &'a [Attachment],
+    pub client_message_id: Option<&'a str>,
+    pub author: Option<&'a str>,
+    pub parent: Option<&'a str>,
+    pub agent: &'a str,
+    pub called_by: Option<&'a CalledBy>,
+}
+
+/// Journals `message_received` and `turn_queued` of `q` and writes its message and its turn's
+/// row. Returns the message's sequence and the reply id drawn for the turn.
+pub(super) fn queue_turn(ctx: &mut WriteCtx<'_>, q: &Queued<'_>) -> Result<(i64, String)> {
+    let reply_id = new_id("msg");
+    let now = ctx.now;
+    let stored_attachments = attachments_column(q.attachments)?;
+    let stored_called_by = called_by_column(q.called_by)?;
+    let seq = ctx.append(q.session_id, Some(q.turn_id), |cursor| {
+        EventBody::MessageReceived {
+            message: Message {
+                message_id: q.message_id.to_string(),
+                client_message_id: q.client_message_id.map(str::to_string),
+                role: Role::User,
+                content: q.content.to_string(),
+                status: MessageStatus::Complete,
+                turn_id: Some(q.turn_id.to_string()),
+                created_at: now,
+                event_id: cursor.to_string(),
+                author: q.author.map(str::to_string),
+                attachments: q.attachments.to_vec(),
+                parent_id: q.parent.map(str::to_string),
+                siblings: None,
+                requests: Vec::new(),
+                called_by: q.called_by.cloned(),
+            },
+        }
+    })?;
+    // New rows, answered by nothing the job reads: sent with what follows.
+    ctx.conn.execute_unanswered(
+        "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position, attachments, parent_id, called_by)
+         VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT), ?9, ?10, ?11)",
+        params![q.message_id, q.session_id, q.client_message_id, q.content, q.turn_id, now, seq, q.author, &stored_attachments, q.parent, &stored_called_by],
+    )?;
+    let (reply, asked, agent) = (
+        reply_id.clone(),
+        q.message_id.to_string(),
+        q.agent.to_string(),
+    );
+    let queued_seq = ctx.append(q.session_id, Some(q.turn_id), move |_| {
+        EventBody::TurnQueued {
+            reply_id: Some(reply),
+            parent_id: Some(asked),
+            agent: Some(agent),
+        }
+    })?;
+    ctx.conn.execute_unanswered(
+        "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id, agent, called_by)
+         VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8)",
+        params![q.turn_id, q.session_id, q.message_id, now, queued_seq, &reply_id, q.agent, &stored_called_by],
+    )?;
+    Ok((seq, reply_id))
 }
 
 /// What counts a session's turns in flight, as a subquery of session `?1`.
@@ -47,7 +130,7 @@ pub(super) fn admit(conn: &dyn Sql, session: &str, admission: Admission) -> Resu
 /// [`admit`], then the session's active leaf and whether it records it
 /// ([`leaves::leaf_from`](super::leaves::leaf_from)), in one statement: a new message's first
 /// round trip to the database.
-fn admit_and_leaf(
+pub(super) fn admit_and_leaf(
     conn: &dyn Sql,
     session: &str,
     admission: Admission,
@@ -118,6 +201,7 @@ impl Journal {
             client_message_id: cmid,
             author,
             parent,
+            agent,
         } = message;
         let stored_attachments = attachments_column(&attachments)?;
         self.write(move |ctx| {
@@ -159,43 +243,20 @@ impl Journal {
             };
             let message_id = new_id("msg");
             let turn_id = new_id("turn");
-            let reply_id = new_id("msg");
-            let now = ctx.now;
-            let mut message = None;
-            let seq = ctx.append(&session_id, Some(&turn_id), |cursor| {
-                let m = Message {
-                    message_id: message_id.clone(),
-                    client_message_id: cmid.clone(),
-                    role: Role::User,
-                    content: content.clone(),
-                    status: MessageStatus::Complete,
-                    turn_id: Some(turn_id.clone()),
-                    created_at: now,
-                    event_id: cursor.to_string(),
-                    author: author.clone(),
-                    attachments: attachments.clone(),
-                    parent_id: parent.clone(),
-                    siblings: None,
-                    requests: Vec::new(),
-                };
-                message = Some(m.clone());
-                EventBody::MessageReceived { message: m }
-            })?;
-            // New rows, answered by nothing the job reads: sent with what follows.
-            ctx.conn.execute_unanswered(
-                "INSERT INTO messages(message_id, session_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, position, attachments, parent_id)
-                 VALUES (?1, ?2, ?3, 'user', ?4, 'complete', ?5, ?6, ?7, ?8, 2 * CAST(?7 AS BIGINT), ?9, ?10)",
-                params![&message_id, &session_id, &cmid, &content, &turn_id, now, seq, &author, &stored_attachments, &parent],
-            )?;
-            let (reply, asked) = (reply_id.clone(), message_id.clone());
-            let queued_seq = ctx.append(&session_id, Some(&turn_id), move |_| EventBody::TurnQueued {
-                reply_id: Some(reply),
-                parent_id: Some(asked),
-            })?;
-            ctx.conn.execute_unanswered(
-                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
-                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6)",
-                params![&turn_id, &session_id, &message_id, now, queued_seq, &reply_id],
+            let (seq, reply_id) = queue_turn(
+                ctx,
+                &Queued {
+                    session_id: &session_id,
+                    message_id: &message_id,
+                    turn_id: &turn_id,
+                    content: &content,
+                    attachments: &attachments,
+                    client_message_id: cmid.as_deref(),
+                    author: author.as_deref(),
+                    parent: parent.as_deref(),
+                    agent: &agent,
+                    called_by: None,
+                },
             )?;
             // Following anything but the active leaf is an edit: the session branches, and from
             // then on records its leaf. A session that never branched writes nothing for it.

@@ -320,15 +320,24 @@ impl Journal {
             super::accept::admit(ctx.conn, &session, admission)?;
             let turn_id = new_id("turn");
             let reply_id = new_id("msg");
-            let (reply, parent) = (reply_id.clone(), user.clone());
+            // A regeneration is answered by the agent that answered the message before (v1.3).
+            let agent = match ctx.conn.query_row(
+                "SELECT agent FROM turns WHERE user_message_id = ?1 ORDER BY queued_seq DESC LIMIT 1",
+                params![&user],
+            )? {
+                Some(row) => row.text(0)?,
+                None => turnstream_protocol::call::DEFAULT_AGENT.to_string(),
+            };
+            let (reply, parent, queued_agent) = (reply_id.clone(), user.clone(), agent.clone());
             let seq = ctx.append(&session, Some(&turn_id), move |_| EventBody::TurnQueued {
                 reply_id: Some(reply),
                 parent_id: Some(parent),
+                agent: Some(queued_agent),
             })?;
             ctx.conn.execute(
-                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id, client_request_id)
-                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7)",
-                params![&turn_id, &session, &user, ctx.now, seq, &reply_id, &client_request_id],
+                "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id, client_request_id, agent)
+                 VALUES (?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8)",
+                params![&turn_id, &session, &user, ctx.now, seq, &reply_id, &client_request_id, &agent],
             )?;
             set_leaf(ctx.conn, &session, &reply_id, true)?;
             Ok(Regenerated::new(user, turn_id, ctx.cursor(seq), session, true))

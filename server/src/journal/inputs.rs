@@ -10,7 +10,8 @@ use std::sync::atomic::Ordering;
 use turnstream_protocol::input::{MAX_REQUESTS_PER_TURN, TIMED_OUT_ANSWER};
 use turnstream_protocol::worker::{Answer, Continuation, WorkerEvent};
 use turnstream_protocol::{
-    ActiveTurn, EventBody, InputAnswerRequest, InputGiven, InputRequest, RawJson, TurnState,
+    ActiveTurn, EventBody, InputAnswerRequest, InputGiven, InputRequest, RawJson, RequestKind,
+    TurnState,
 };
 
 use super::requests::open_count;
@@ -92,10 +93,16 @@ pub(super) fn open_request(
             request.request_id
         )));
     }
-    let expires_at = request
-        .expires_at
-        .unwrap_or_else(|| ctx.now.saturating_add(timeout_ms));
-    request.expires_at = Some(expires_at);
+    // A call (v1.3) waits for its child's end, however long: the server never answers it.
+    let expires_at = if request.kind == RequestKind::AgentCall {
+        i64::MAX
+    } else {
+        let at = request
+            .expires_at
+            .unwrap_or_else(|| ctx.now.saturating_add(timeout_ms));
+        request.expires_at = Some(at);
+        at
+    };
     let stored = serde_json::to_string(&request)?;
     let request_id = request.request_id.clone();
     let seq = ctx.append_fenced(session_id, Some(turn_id), fence, |_| {
@@ -164,6 +171,7 @@ fn give(
             Err(why) => return Ok(Err(InputRefusal::Invalid(why))),
         },
         Answering::TimedOut => RawJson::trusted(TIMED_OUT_ANSWER.to_string()),
+        Answering::Call(answer) => answer,
     };
     if let Some(recorded) = row.opt_text(1)? {
         let recorded = RawJson::parse(&recorded)
@@ -228,6 +236,26 @@ fn give(
 enum Answering {
     Given(InputAnswerRequest),
     TimedOut,
+    /// A call's child ended (v1.3): its `{turn_id, state, text, error?}`.
+    Call(RawJson),
+}
+
+/// Records `answer` by `by` (`turn:<child>`) on call `request_id` of turn `turn_id` (v1.3), if
+/// it is open. Whether the turn continues now.
+pub(super) fn give_call_answer(
+    ctx: &mut WriteCtx<'_>,
+    turn_id: &str,
+    request_id: &str,
+    answer: RawJson,
+    by: String,
+) -> Result<bool> {
+    Ok(matches!(
+        give(ctx, turn_id, request_id, Answering::Call(answer), Some(by))?,
+        Ok(Given::Recorded {
+            continues: true,
+            ..
+        })
+    ))
 }
 
 /// A turn's progress so far and, for a worker continuing it, what it needs.

@@ -1,6 +1,6 @@
 //! A turn's lifecycle in the journal: the next queued turn, its start, its progress events,
-//! its end (the terminal state, the assistant message and `turn_ended` in one transaction), and
-//! the turns a crash left running.
+//! its end (the terminal state, the assistant message and `turn_ended` in one transaction, with
+//! the answer to its caller for a called turn, v1.3), and the turns a crash left running.
 
 use std::sync::atomic::Ordering;
 
@@ -378,6 +378,7 @@ pub(super) fn end_turn_in(
             parent_id: Some(turn.user_message_id.clone()),
             siblings: None,
             requests: requests.clone(),
+            called_by: None,
         };
         message = Some(m.clone());
         EventBody::TurnEnded {
@@ -419,5 +420,8 @@ pub(super) fn end_turn_in(
             &stored_requests
         ],
     )?;
+    // A called turn's end answers its caller in the same transaction (v1.3): every way a turn
+    // ends comes through here, so none can leave a caller waiting.
+    super::calls::answer_caller(ctx, &turn, state, &text, error.as_deref())?;
     Ok(message)
 }

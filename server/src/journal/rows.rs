@@ -2,7 +2,7 @@
 //! row reads back), and a turn's progress folded from its journaled events.
 
 use turnstream_protocol::{
-    ActiveTurn, Attachment, Cursor, EventBody, Message, MessageStatus, Role, TurnState,
+    ActiveTurn, Attachment, CalledBy, Cursor, EventBody, Message, MessageStatus, Role, TurnState,
 };
 
 use super::sql::{params, Row, Sql};
@@ -28,6 +28,10 @@ pub struct TurnRow {
     pub reply_id: Option<String>,
     /// How many requests for input the turn opened (v1.2).
     pub asked: i64,
+    /// The turn's agent (v1.3).
+    pub agent: String,
+    /// For a called turn (v1.3): the call that made it.
+    pub called_by: Option<CalledBy>,
 }
 
 impl TurnRow {
@@ -46,7 +50,7 @@ fn parse_state(s: &str) -> Result<TurnState> {
 }
 
 pub(super) const MESSAGE_COLUMNS: &str =
-    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, attachments, parent_id, requests";
+    "message_id, client_message_id, role, content, status, turn_id, created_at, event_seq, author, attachments, parent_id, requests, called_by";
 
 /// The `attachments` column: a JSON array, NULL for none (every message before v1.2, and most
 /// after), so a message without attachments costs nothing more to store.
@@ -90,7 +94,24 @@ pub(super) fn message_from_row(r: &Row, epoch: &str) -> Result<Message> {
             Some(json) => serde_json::from_str(&json)
                 .map_err(|e| Error::Corrupt(format!("a message's requests: {e}")))?,
         },
+        called_by: called_by_from_column(r.opt_text(12)?)?,
     })
+}
+
+/// The `called_by` column of a turn or a message (v1.3): JSON, NULL for none.
+pub(super) fn called_by_column(called_by: Option<&CalledBy>) -> Result<Option<String>> {
+    called_by
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(Into::into)
+}
+
+fn called_by_from_column(column: Option<String>) -> Result<Option<CalledBy>> {
+    column
+        .map(|json| {
+            serde_json::from_str(&json).map_err(|e| Error::Corrupt(format!("a called_by: {e}")))
+        })
+        .transpose()
 }
 
 /// Messages a query answers (its columns are [`MESSAGE_COLUMNS`]).
@@ -122,9 +143,9 @@ pub(super) fn message_by_id(
 }
 
 pub(super) const TURN_COLUMNS: &str =
-    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes, reply_id, asked";
+    "turn_id, session_id, user_message_id, state, created_at, started_at, ended_at, error, message_id, resumes, reply_id, asked, agent, called_by";
 /// How many columns [`TURN_COLUMNS`] are: the index of the first a query selects after them.
-pub(super) const TURN_COLUMN_COUNT: usize = 12;
+pub(super) const TURN_COLUMN_COUNT: usize = 14;
 
 pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
     Ok(TurnRow {
@@ -140,6 +161,8 @@ pub(super) fn turn_from_row(r: &Row) -> Result<TurnRow> {
         resumes: r.int(9)?,
         reply_id: r.opt_text(10)?,
         asked: r.int(11)?,
+        agent: r.text(12)?,
+        called_by: called_by_from_column(r.opt_text(13)?)?,
     })
 }
 
@@ -169,6 +192,8 @@ pub(super) fn fold_turn(conn: &dyn Sql, turn: &TurnRow, upto: i64) -> Result<Act
     // the same, and a turn queued before v1.2 has the reply id its migration gave it.
     progress.reply_id.clone_from(&turn.reply_id);
     progress.parent_id = Some(turn.user_message_id.clone());
+    progress.agent = Some(turn.agent.clone());
+    progress.called_by.clone_from(&turn.called_by);
     conn.for_each_event(
         "SELECT id, session_id, turn_id, ts, kind, data FROM events WHERE turn_id = ?1 AND id <= ?2
          AND kind IN ('turn_started', 'thinking', 'tool', 'response_delta', 'input_requested', 'input_given')

@@ -163,6 +163,14 @@ ALTER TABLE turns ADD COLUMN client_request_id TEXT;
 CREATE UNIQUE INDEX turns_by_client_request ON turns(session_id, client_request_id)
     WHERE client_request_id IS NOT NULL;
 "#,
+    // v9 (contract v1.3, agent calls): every turn's agent (`default` for the turns before);
+    // a called turn's caller (`{turn_id, session_id, request_id}` as JSON, NULL for a turn a
+    // message posted), on the turn and on its user message.
+    r#"
+ALTER TABLE turns ADD COLUMN agent TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE turns ADD COLUMN called_by TEXT;
+ALTER TABLE messages ADD COLUMN called_by TEXT;
+"#,
 ];
 
 /// The schema version this build writes.
@@ -289,6 +297,37 @@ mod tests {
             .query_map([], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         assert_eq!(order, ["u1", "a1", "u2", "a2"]);
+        Ok(())
+    }
+
+    /// A v8 database (before agents, v1.3) migrates with its turns and messages: every turn is
+    /// the `default` agent's, and none was called.
+    #[test]
+    fn v8_turns_migrate_to_agents() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("t.db");
+        let c = Connection::open(&path)?;
+        for m in &MIGRATIONS[..8] {
+            c.execute_batch(m)?;
+        }
+        c.pragma_update(None, "user_version", 8)?;
+        c.execute_batch(
+            "INSERT INTO turns(turn_id, session_id, user_message_id, state, created_at, queued_seq, reply_id)
+                 VALUES ('t1', 's', 'u1', 'completed', 0, 2, 'a1');
+             INSERT INTO messages(message_id, session_id, role, content, status, created_at, event_seq)
+                 VALUES ('u1', 's', 'user', 'hi', 'complete', 0, 1);",
+        )?;
+        drop(c);
+        let mut c = Connection::open(&path)?;
+        migrate(&mut c)?;
+        let (agent, called): (String, Option<String>) =
+            c.query_row("SELECT agent, called_by FROM turns", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        assert_eq!((agent.as_str(), called), ("default", None));
+        let called: Option<String> =
+            c.query_row("SELECT called_by FROM messages", [], |r| r.get(0))?;
+        assert_eq!(called, None);
         Ok(())
     }
 

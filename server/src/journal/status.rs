@@ -55,6 +55,8 @@ impl Journal {
                 requests: progress.requests,
                 reply_id: progress.reply_id,
                 parent_id: progress.parent_id,
+                agent: Some(turn.agent),
+                called_by: turn.called_by,
             }))
         })
         .await

@@ -6,7 +6,7 @@
 use turnstream_protocol::worker::WorkerEvent;
 use turnstream_protocol::EventBody;
 
-use crate::journal::floor_char_boundary;
+use crate::journal::{floor_char_boundary, NewCall, WorkerWrite};
 
 /// Largest delta journaled as one event; longer output is split, never cut.
 pub const MAX_DELTA_BYTES: usize = 16 * 1024;
@@ -83,25 +83,43 @@ fn body(kind: DeltaKind, delta: String) -> EventBody {
     }
 }
 
-/// A worker's events as journal bodies, coalesced as a built-in agent's output is.
-pub fn worker_events(events: Vec<WorkerEvent>) -> Vec<EventBody> {
+/// A worker's events as journal bodies (and calls, v1.3), coalesced as a built-in agent's output
+/// is.
+pub fn worker_events(events: Vec<WorkerEvent>) -> Vec<WorkerWrite> {
     let mut coalescer = Coalescer::default();
+    let mut bodies = Vec::with_capacity(events.len());
     let mut out = Vec::with_capacity(events.len());
     for event in events {
         match event {
-            WorkerEvent::Thinking { delta } => coalescer.push(DeltaKind::Thinking, delta, &mut out),
-            WorkerEvent::Response { delta } => coalescer.push(DeltaKind::Response, delta, &mut out),
+            WorkerEvent::Thinking { delta } => {
+                coalescer.push(DeltaKind::Thinking, delta, &mut bodies)
+            }
+            WorkerEvent::Response { delta } => {
+                coalescer.push(DeltaKind::Response, delta, &mut bodies)
+            }
             WorkerEvent::Tool(call) => {
-                coalescer.flush(&mut out);
-                out.push(EventBody::Tool(call));
+                coalescer.flush(&mut bodies);
+                bodies.push(EventBody::Tool(call));
             }
             WorkerEvent::InputRequested(request) => {
-                coalescer.flush(&mut out);
-                out.push(EventBody::InputRequested(request));
+                coalescer.flush(&mut bodies);
+                bodies.push(EventBody::InputRequested(request));
+            }
+            WorkerEvent::Call(call) => {
+                coalescer.flush(&mut bodies);
+                out.extend(bodies.drain(..).map(WorkerWrite::Event));
+                out.push(WorkerWrite::Call(NewCall {
+                    request_id: call.request_id,
+                    agent: call.agent,
+                    session_id: call.session_id,
+                    content: call.content,
+                    attachments: call.attachments,
+                }));
             }
         }
     }
-    coalescer.flush(&mut out);
+    coalescer.flush(&mut bodies);
+    out.extend(bodies.into_iter().map(WorkerWrite::Event));
     out
 }
 
@@ -114,6 +132,43 @@ mod tests {
         WorkerEvent::Response { delta: d.into() }
     }
 
+    /// [`worker_events`] of a batch without calls: its bodies.
+    fn bodies(events: Vec<WorkerEvent>) -> Vec<EventBody> {
+        worker_events(events)
+            .into_iter()
+            .map(|w| match w {
+                WorkerWrite::Event(body) => body,
+                WorkerWrite::Call(call) => panic!("unexpected {call:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_keeps_its_place_between_runs() {
+        use turnstream_protocol::worker::CallEvent;
+        let out = worker_events(vec![
+            response("a"),
+            WorkerEvent::Call(CallEvent {
+                request_id: "c1".into(),
+                agent: "researcher".into(),
+                session_id: "s2".into(),
+                content: "look".into(),
+                attachments: vec![],
+            }),
+            response("b"),
+        ]);
+        assert_eq!(out.len(), 3);
+        assert!(
+            matches!(&out[0], WorkerWrite::Event(EventBody::ResponseDelta { delta }) if delta == "a")
+        );
+        assert!(
+            matches!(&out[1], WorkerWrite::Call(c) if c.request_id == "c1" && c.session_id == "s2")
+        );
+        assert!(
+            matches!(&out[2], WorkerWrite::Event(EventBody::ResponseDelta { delta }) if delta == "b")
+        );
+    }
+
     #[test]
     fn merges_runs_and_keeps_tool_order() {
         let tool = ToolCall {
@@ -123,7 +178,7 @@ mod tests {
             input_preview: None,
             output_preview: None,
         };
-        let out = worker_events(vec![
+        let out = bodies(vec![
             WorkerEvent::Thinking { delta: "a".into() },
             WorkerEvent::Thinking { delta: "b".into() },
             response(""),
@@ -144,7 +199,7 @@ mod tests {
     #[test]
     fn splits_long_deltas_on_char_boundaries() {
         let long = "é".repeat(MAX_DELTA_BYTES);
-        let out = worker_events(vec![response(&long)]);
+        let out = bodies(vec![response(&long)]);
         let mut joined = String::new();
         for body in &out {
             let EventBody::ResponseDelta { delta } = body else {
@@ -187,7 +242,7 @@ mod tests {
             ]
         );
         assert!(!c.is_merging());
-        let at_once = worker_events(vec![response(&piece.repeat(4))]);
+        let at_once = bodies(vec![response(&piece.repeat(4))]);
         assert_eq!(at_once, ready);
     }
 

@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 use turnstream_protocol::{EventBody, ToolCall, ToolStatus};
 
 use super::coalesce::{Coalescer, DeltaKind};
-use crate::agent::Emission;
+use crate::agent::{CallRefused, Emission};
 use crate::error::{Error, Result};
-use crate::journal::Journal;
+use crate::journal::{Journal, NewCall};
 
 /// What the emitter journaled for a turn.
 pub(super) struct Emitted {
@@ -28,6 +28,8 @@ pub(super) struct Emitted {
     pub error: Option<String>,
     /// How many requests for input were journaled.
     pub requests: usize,
+    /// The sessions of the calls' child turns (v1.3), to wake.
+    pub called: Vec<String>,
     /// The turn's last events, not journaled yet: the deltas still merging when the agent
     /// stopped, then the tool calls it left open, marked `failed`. They go with the turn's end.
     pub tail: Vec<EventBody>,
@@ -116,6 +118,46 @@ pub(super) async fn emit(
                 out.inflight.push_back(write);
                 out.requests += 1;
             }
+            Emission::Call(call, reply) => {
+                out.flush_and_start();
+                if !out.confirm_start().await {
+                    reply.send(Err(CallRefused("turn_ended".into())));
+                    continue;
+                }
+                let write = out.journal.submit_call(
+                    &out.turn,
+                    out.fence.as_ref().map(|(token, _)| token.as_str()),
+                    NewCall {
+                        request_id: call.request_id,
+                        agent: call.agent,
+                        session_id: call.session_id,
+                        content: call.content,
+                        attachments: Vec::new(),
+                    },
+                );
+                match write.await {
+                    Ok(Ok(target)) => {
+                        out.requests += 1;
+                        out.called.push(target.session_id.clone());
+                        reply.send(Ok(target));
+                    }
+                    Ok(Err(Error::CallRefused(refusal))) => {
+                        reply.send(Err(CallRefused(refusal.code().into())));
+                    }
+                    Ok(Err(e)) => {
+                        reply.send(Err(CallRefused(
+                            e.storage_fault()
+                                .map_or("internal", |_| "storage_unavailable")
+                                .into(),
+                        )));
+                        out.failed(&e);
+                    }
+                    Err(_) => {
+                        reply.send(Err(CallRefused("internal".into())));
+                        out.error = Some("journal closed".into());
+                    }
+                }
+            }
             Emission::Usage(usage) => {
                 let write = out.journal.submit_turn_usage(&out.turn, usage);
                 out.inflight.push_back(write);
@@ -154,6 +196,7 @@ pub(super) async fn emit(
         text: out.text,
         error: out.error,
         requests: out.requests,
+        called: out.called,
         tail,
         start,
     }
@@ -185,6 +228,8 @@ pub(super) struct Emitter {
     text: String,
     /// Requests for input submitted.
     requests: usize,
+    /// The sessions of the calls opened (v1.3).
+    called: Vec<String>,
     coalescer: Coalescer,
     /// Bodies the coalescer handed back, waiting to be submitted (kept to reuse its memory).
     ready: Vec<EventBody>,
@@ -245,6 +290,7 @@ impl Emitter {
             turn,
             text,
             requests: 0,
+            called: Vec::new(),
             coalescer: Coalescer::default(),
             ready: Vec::new(),
             inflight: VecDeque::new(),

@@ -81,11 +81,15 @@ pub struct Turns {
     /// Ends running turns `interrupted` (after the shutdown grace period).
     interrupt: CancellationToken,
     tasks: TaskTracker,
+    /// This, for what runs with `&self` and must wake a session (v1.3: a call's child, a
+    /// caller answered).
+    me: std::sync::Weak<Turns>,
 }
 
 impl Turns {
     pub fn new(journal: Journal, mode: Mode, config: TurnsConfig) -> Arc<Turns> {
-        Arc::new(Turns {
+        Arc::new_cyclic(|me| Turns {
+            me: me.clone(),
             journal,
             mode,
             slots: TurnSlots::new(config.max_concurrent_turns, config.max_turns_per_client),
@@ -177,13 +181,41 @@ impl Turns {
             .spawn(async move { this.session_loop(session).await });
     }
 
+    /// [`Turns::kick`] from what holds only `&self`.
+    pub(super) fn wake(&self, session_id: &str) {
+        if let Some(me) = self.me.upgrade() {
+            me.kick(session_id);
+        }
+    }
+
+    /// Cancels a turn as [`Turns::cancel_one`] does, then (v1.3) the child turns of its calls
+    /// not answered yet, and theirs, to any depth, each ending once; a cancelled child's caller
+    /// is answered by its end, and woken here.
+    pub async fn cancel(&self, turn_id: &str) -> Result<TurnState> {
+        let after = self.cancel_one(turn_id).await?;
+        if after != TurnState::Cancelled {
+            return Ok(after);
+        }
+        for child in self.journal.unanswered_calls(turn_id).await? {
+            if let Err(e) = Box::pin(self.cancel(&child)).await {
+                tracing::warn!(turn = %turn_id, child = %child, error = %e, "cannot cancel a call's child turn");
+            }
+        }
+        if let Some(turn) = self.journal.turn(turn_id).await? {
+            if let Some(by) = turn.called_by {
+                self.wake(&by.session_id);
+            }
+        }
+        Ok(after)
+    }
+
     /// Cancels a turn: a queued one never starts, a running one is stopped and ends `cancelled`
     /// with its partial text. Idempotent on a terminal turn. Returns the turn's state after.
     ///
     /// Never answers success without effect: when the storage refuses the cancel's write (a
     /// queued turn) or the stopped turn's end (a running one), this returns the storage error;
     /// a running turn then still ends once the storage recovers, and a retry is safe.
-    pub async fn cancel(&self, turn_id: &str) -> Result<TurnState> {
+    async fn cancel_one(&self, turn_id: &str) -> Result<TurnState> {
         let Some(turn) = self.journal.turn(turn_id).await? else {
             return Err(Error::NotFound { what: "turn" });
         };

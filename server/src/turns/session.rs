@@ -270,6 +270,10 @@ impl Turns {
         let emitted = emitter
             .await
             .map_err(|_| Error::Corrupt("turn emitter panicked".into()))?;
+        // The calls' child turns are queued (v1.3): their sessions look now.
+        for session in &emitted.called {
+            self.wake(session);
+        }
         let with_start = match emitted.start {
             Start::Journaled => false,
             Start::WithEnd => true,
@@ -398,6 +402,10 @@ impl Turns {
                 Ok(ended) => {
                     if ended.is_some() {
                         self.log_turn_end(turn, state);
+                        // Its end answered its caller (v1.3), which may continue now.
+                        if let Some(by) = &turn.called_by {
+                            self.wake(&by.session_id);
+                        }
                     }
                     return Ok(());
                 }

@@ -10,6 +10,7 @@
 pub mod cluster;
 pub mod pg;
 pub mod upstream;
+pub mod worker_api;
 
 use std::io::{BufRead, BufReader};
 use std::ops::{Deref, DerefMut};

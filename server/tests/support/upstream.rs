@@ -249,6 +249,7 @@ pub fn message(role: Role, content: &str, status: MessageStatus) -> Message {
         parent_id: None,
         siblings: None,
         requests: Vec::new(),
+        called_by: None,
     }
 }
 

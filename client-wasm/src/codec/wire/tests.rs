@@ -16,6 +16,7 @@ use crate::reducer::sim;
 
 fn msg(n: u32, content: &str) -> Message {
     Message {
+        called_by: None,
         message_id: format!("m{n}"),
         client_message_id: (n % 2 == 0).then(|| format!("c{n}")),
         role: if n % 2 == 0 {
@@ -53,6 +54,8 @@ fn tool(n: u32) -> ToolCall {
 
 pub(in crate::codec) fn info(with_message: bool) -> TurnInfo {
     TurnInfo {
+        agent: None,
+        called_by: None,
         turn_id: "t1".into(),
         session_id: "s1".into(),
         state: TurnState::Failed,

@@ -150,6 +150,7 @@ mod tests {
             parent_id: None,
             siblings: None,
             requests: Vec::new(),
+            called_by: None,
         }
     }
 

@@ -27,7 +27,7 @@ use super::{TurnRow, WriteCtx};
 use crate::error::{Error, Result};
 
 pub use servers::Claim;
-pub use workers::{Claimed, LeasedTurn, Refusal, WorkerOp};
+pub use workers::{Claimed, LeasedTurn, Refusal, WorkerOp, WorkerWrite};
 
 /// Starts queued turn `turn_id` under a new lease for `owner` (a worker or a server): journals
 /// `turn_started` and marks the turn `running` with the lease. The one way a leased turn starts.

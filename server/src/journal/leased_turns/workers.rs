@@ -9,10 +9,11 @@ use turnstream_protocol::{EventBody, Message, ToolStatus, TurnState, Usage};
 
 use super::start_leased;
 use crate::error::{Error, Result};
+use crate::journal::calls::NewCall;
 use crate::journal::lease::{Lease, LeaseError};
 use crate::journal::lifecycle::end_turn_in;
 use crate::journal::rows::{fold_turn, message_by_id, turn_by_id};
-use crate::journal::sql::{params, Sql};
+use crate::journal::sql::{params, Param, Sql};
 use crate::journal::{Journal, TurnRow, WriteCtx};
 
 /// A turn a claim handed out.
@@ -52,11 +53,21 @@ pub enum Refusal {
     },
 }
 
+/// One thing of a worker's `events` batch, in order: an event to journal, or a call to open
+/// (v1.3).
+// Nearly every write is an event: boxing them to shrink the rare call would cost each one.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkerWrite {
+    Event(EventBody),
+    Call(NewCall),
+}
+
 /// What a worker request asks of a leased turn.
 #[derive(Debug, Clone)]
 pub enum WorkerOp {
-    /// Append these (already coalesced) events as request `seq`.
-    Events { seq: i64, events: Vec<EventBody> },
+    /// Append these (already coalesced) events, and open these calls, as request `seq`.
+    Events { seq: i64, events: Vec<WorkerWrite> },
     /// Renew the lease and say the turn's state.
     Heartbeat,
     /// End the lease as request `seq` after requests for input: the turn waits (v1.2).
@@ -145,16 +156,27 @@ fn end_leased(
 }
 
 /// The oldest queued turns whose session has no running turn and no waiting turn before them,
-/// at most one per session.
-fn claimable(conn: &dyn Sql, max: usize) -> Result<Vec<String>> {
+/// at most one per session; only turns of `agents` when given (v1.3).
+fn claimable(conn: &dyn Sql, max: usize, agents: Option<&[String]>) -> Result<Vec<String>> {
+    let mut args = vec![Param::Int(max as i64)];
+    let only = match agents {
+        None => String::new(),
+        Some(agents) => {
+            let marks: Vec<String> = (0..agents.len()).map(|i| format!("?{}", i + 2)).collect();
+            args.extend(agents.iter().map(|a| Param::Text(a)));
+            format!("AND t.agent IN ({})", marks.join(", "))
+        }
+    };
     conn.query_texts(
-        "SELECT t.turn_id FROM turns t WHERE t.state = 'queued'
-         AND NOT EXISTS (SELECT 1 FROM turns r
-             WHERE r.session_id = t.session_id AND r.state = 'running')
-         AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
-             WHERE q.session_id = t.session_id AND q.state IN ('queued', 'waiting'))
-         ORDER BY t.queued_seq LIMIT ?1",
-        params![max as i64],
+        &format!(
+            "SELECT t.turn_id FROM turns t WHERE t.state = 'queued' {only}
+             AND NOT EXISTS (SELECT 1 FROM turns r
+                 WHERE r.session_id = t.session_id AND r.state = 'running')
+             AND t.queued_seq = (SELECT MIN(q.queued_seq) FROM turns q
+                 WHERE q.session_id = t.session_id AND q.state IN ('queued', 'waiting'))
+             ORDER BY t.queued_seq LIMIT ?1"
+        ),
+        &args,
     )
 }
 
@@ -168,11 +190,13 @@ impl Journal {
         max: usize,
         ttl: Duration,
         history_limit: usize,
+        agents: Option<Vec<String>>,
     ) -> Result<Vec<Claimed>> {
         // Idle workers poll: look with a read first, so a claim that finds nothing costs the
         // one writer nothing. The write looks again (another claim may have been first).
+        let looking = agents.clone();
         if self
-            .read(move |conn, _| claimable(conn, 1))
+            .read(move |conn, _| claimable(conn, 1, looking.as_deref()))
             .await?
             .is_empty()
         {
@@ -181,7 +205,7 @@ impl Journal {
         let worker_id = worker_id.to_string();
         let claimed = self
             .write(move |ctx| {
-                let ids = claimable(ctx.conn, max)?;
+                let ids = claimable(ctx.conn, max, agents.as_deref())?;
                 let mut out = Vec::with_capacity(ids.len());
                 for turn_id in ids {
                     let Some(mut turn) = turn_by_id(ctx.conn, &turn_id)? else {
@@ -311,7 +335,14 @@ impl Journal {
                         return Ok((Err(Refusal::SeqGap { acked: row.acked }), false));
                     }
                     WorkerOp::Events { seq, events } => {
-                        for body in events {
+                        for write in events {
+                            let body = match write {
+                                WorkerWrite::Event(body) => body,
+                                WorkerWrite::Call(call) => {
+                                    crate::journal::calls::open_call(ctx, &turn_id, None, call)?;
+                                    continue;
+                                }
+                            };
                             match body {
                                 EventBody::InputRequested(request) => {
                                     crate::journal::inputs::open_request(

@@ -153,6 +153,14 @@ ALTER TABLE turns ADD COLUMN client_request_id TEXT;
 CREATE UNIQUE INDEX turns_by_client_request ON turns(session_id, client_request_id)
     WHERE client_request_id IS NOT NULL;
 "#,
+    // v6 (SQLite's v9, contract v1.3, agent calls): every turn's agent (`default` for the turns before);
+    // a called turn's caller (`{turn_id, session_id, request_id}` as JSON, NULL for a turn a
+    // message posted), on the turn and on its user message.
+    r#"
+ALTER TABLE turns ADD COLUMN agent TEXT NOT NULL DEFAULT 'default';
+ALTER TABLE turns ADD COLUMN called_by TEXT;
+ALTER TABLE messages ADD COLUMN called_by TEXT;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -470,7 +470,7 @@ async fn local_a_refused_start_journals_nothing_of_the_run() -> TestResult {
 async fn local_start_ends_leases_an_earlier_run_left() -> TestResult {
     let bed = Bed::new()?;
     let s1 = bed.queue("s", "s1").await?;
-    let claimed = bed.journal.claim_turns("w1", 1, LEASE, 0).await?;
+    let claimed = bed.journal.claim_turns("w1", 1, LEASE, 0, None).await?;
     assert_eq!(claimed.len(), 1);
     let (agent, _acts) = puppet();
     let turns = bed.turns(Mode::Local { agent });

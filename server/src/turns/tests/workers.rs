@@ -17,7 +17,7 @@ fn dispatch(turns: &Turns) -> &Dispatch {
 async fn claim(bed: &Bed, max: usize) -> TestResult<Vec<crate::journal::Claimed>> {
     Ok(bed
         .journal
-        .claim_turns("w", max, LEASE, AGENT_HISTORY)
+        .claim_turns("w", max, LEASE, AGENT_HISTORY, None)
         .await?)
 }
 
@@ -99,7 +99,9 @@ async fn workers_a_cancelled_leased_turn_ends_and_frees_its_session() -> TestRes
     // The worker learns it on its next request.
     let events = WorkerOp::Events {
         seq: 0,
-        events: vec![EventBody::ResponseDelta { delta: "x".into() }],
+        events: vec![crate::journal::WorkerWrite::Event(
+            EventBody::ResponseDelta { delta: "x".into() },
+        )],
     };
     let answer = bed
         .journal
