@@ -173,6 +173,9 @@ function update(b, entry) {
   const live = entry.role === "assistant" &&
     (entry.status === "queued" || entry.status === "streaming" || entry.status === "waiting");
   let meta = STATUS_LABEL[entry.status] ?? entry.status;
+  // Waiting only on calls of other agents: on them, not on you.
+  const open = (entry.requests || []).filter((r) => !r.answer);
+  if (entry.status === "waiting" && open.length && open.every((r) => r.call)) meta = "waiting for " + open.map((r) => r.call.agent).join(", ");
   if (entry.error && entry.error.message) meta += (meta ? ": " : "") + entry.error.message;
   b.querySelector(".meta-status").textContent = meta;
   b.querySelector(".meta").hidden = !meta && !entry.recovered;
@@ -261,7 +264,28 @@ async function runTool(r, card) {
   }
 }
 
+/** A call of another agent (contract v1.3): who, where (a link to the child session), and how
+ *  it ended once it did. The server answers it; nothing to click but the link. */
+function callCard(r) {
+  const card = el("div", "request call");
+  card.dataset.testid = "call";
+  card.dataset.requestId = r.requestId;
+  card.dataset.state = r.call.state;
+  const link = el("a", "call-link", r.call.sessionId);
+  link.href = "?session=" + encodeURIComponent(r.call.sessionId);
+  link.target = "_blank";
+  link.dataset.testid = "call-link";
+  const title = el("div", "request-title", `Calls ${r.call.agent} in `);
+  title.append(link);
+  const state = el("span", "call-state", r.call.state === "running" ? "running…" : r.call.state);
+  state.dataset.testid = "call-state";
+  card.append(title, state);
+  if (r.call.text) card.append(el("div", "request-answer", r.call.text));
+  return card;
+}
+
 function requestCard(r) {
+  if (r.call) return callCard(r);
   const card = el("div", "request");
   card.dataset.testid = "request";
   card.dataset.kind = r.kind;

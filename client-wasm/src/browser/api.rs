@@ -46,8 +46,24 @@ export type ToolStatus = "started" | "progress" | "finished" | "failed";
 /** A state this SDK does not know (a later contract's) reads as "running". */
 export type TurnState = "queued" | "running" | "waiting" | "completed" | "cancelled" | "failed" | "interrupted";
 
-/** What an agent asks for: a yes or no on a tool call, a tool the browser runs, a question. */
-export type RequestKind = "approval" | "client_tool" | "question";
+/** What an agent asks for: a yes or no on a tool call, a tool the browser runs, a question;
+ *  or (contract v1.3) a call of another agent, answered by the server when its turn ends. */
+export type RequestKind = "approval" | "client_tool" | "question" | "agent_call";
+
+/** The child turn an `agent_call` request runs, in the session `sessionId` (connect a
+ *  `ChatClient` to it to follow it live: the browser's one stream carries it too). */
+export interface AgentCallView {
+  readonly agent: string;
+  readonly sessionId: string;
+  readonly turnId: string;
+  /** The child's user message. */
+  readonly messageId: string;
+  /** "running" until the call is answered, then how the child turn ended. */
+  readonly state: TurnState;
+  /** The child's reply, once answered. */
+  readonly text: string | null;
+  readonly error: string | null;
+}
 
 /** A request's answer, as `respond` takes it and `requests[].answer` shows it. */
 export type RequestAnswer =
@@ -59,7 +75,9 @@ export type RequestAnswer =
   /** question (a plain string is taken as `{ text }`) */
   | { text: string }
   /** given by the server when the request's time ran out */
-  | { timed_out: true };
+  | { timed_out: true }
+  /** agent_call: the child turn's end, given by the server */
+  | { turn_id: string; state: TurnState; text: string; error?: string };
 
 /** Something the agent asked in this turn, and its answer once given. */
 export interface InputRequest {
@@ -73,6 +91,8 @@ export interface InputRequest {
   readonly options: readonly string[] | null;
   /** Unix milliseconds after which the server answers `{ timed_out: true }` itself. */
   readonly expiresAt: number | null;
+  /** The child turn of an `agent_call` (contract v1.3), else null. */
+  readonly call: AgentCallView | null;
   /** null while open; the answer given in this browser shows at once, the server's wins. */
   readonly answer: RequestAnswer | null;
   /** Who gave the server's answer (null without auth, for a timeout, and until it arrives). */

@@ -443,6 +443,14 @@ fn write_turn_request(out: &mut String, r: &TurnRequest) {
     if let Some(at) = r.expires_at {
         o.int("expires_at", at);
     }
+    if let Some(c) = &r.call {
+        Obj::new(o.key("call"))
+            .str("agent", &c.agent)
+            .str("session_id", &c.session_id)
+            .str("turn_id", &c.turn_id)
+            .str("message_id", &c.message_id)
+            .end();
+    }
     if let Some(a) = &r.answer {
         o.key("answer").push_str(a.as_str());
     }
