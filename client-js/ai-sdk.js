@@ -303,12 +303,22 @@ function uiMessage(m, id) {
   return parts.length ? { id, role: "assistant", parts, metadata } : null;
 }
 
+/** A call of another agent (contract v1.3): the input and output of its `tool-agent_call` part. */
+const callInput = (r) => ({ agent: r.call.agent, content: r.prompt ?? "" });
+const callOutput = (r) => ({ state: r.call.state, text: r.call.text ?? "" });
+
 /**
  * An approval or a client tool as the AI SDK's tool part: `approval-requested` until answered
  * (then `approval-responded`), `input-available` until the tool's output (or error) is given.
+ * A call is `tool-agent_call`, run by the server (`providerExecuted`): `input-available` until
+ * the child turn ended, then `output-available` with `{ state, text }`.
  * A question has no AI SDK part: it stays in `ChatClient`'s state.
  */
 function requestPart(r) {
+  if (r.call) {
+    const part = { type: "tool-agent_call", toolCallId: r.requestId, state: "input-available", input: callInput(r), providerExecuted: true };
+    return r.answer ? Object.assign(part, { state: "output-available", output: callOutput(r) }) : part;
+  }
   if (!r.tool || r.kind === "question") return null;
   const part = { type: `tool-${r.tool.name}`, toolCallId: r.tool.callId, state: "input-available", input: r.tool.input };
   const a = r.answer;
@@ -524,6 +534,7 @@ function followTurn(client, target, signal, chat) {
   let thinking = from?.thinking ?? "";
   const tools = new Map((from?.tools ?? []).map((t) => [t.callId, { output: t.status === "finished" || t.status === "failed" }]));
   const asked = new Set((from?.requests ?? []).map((r) => r.requestId));
+  const called = new Set((from?.requests ?? []).filter((r) => r.call && r.answer).map((r) => r.requestId));
   let controller;
 
   const stop = () => {
@@ -616,6 +627,20 @@ function followTurn(client, target, signal, chat) {
       }
     }
     for (const r of entry.requests) {
+      if (r.call) {
+        // A call: the server runs it and answers it; the stream goes on meanwhile.
+        if (!asked.has(r.requestId)) {
+          asked.add(r.requestId);
+          closePart();
+          emit({ type: "tool-input-available", toolCallId: r.requestId, toolName: "agent_call", input: callInput(r), providerExecuted: true });
+        }
+        if (r.answer && !called.has(r.requestId)) {
+          called.add(r.requestId);
+          closePart();
+          emit({ type: "tool-output-available", toolCallId: r.requestId, output: callOutput(r), providerExecuted: true });
+        }
+        continue;
+      }
       if (asked.has(r.requestId) || !requestPart(r)) continue;
       asked.add(r.requestId);
       closePart();
@@ -628,7 +653,7 @@ function followTurn(client, target, signal, chat) {
     }
     // Waiting on useChat (an approval, a client tool): this request ends here, as a model's
     // step that calls a tool does; useChat's answer sends again and the turn streams on.
-    if (entry.status === "waiting" && entry.requests.some((r) => r.answer == null && requestPart(r))) {
+    if (entry.status === "waiting" && entry.requests.some((r) => r.answer == null && !r.call && requestPart(r))) {
       closePart();
       emit({ type: "finish" });
       end();

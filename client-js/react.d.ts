@@ -1,4 +1,4 @@
-import type { CancelResult, ChatClient, ChatState, ConnectOptions, InitInput, LoadOlderResult, RequestAnswer, SendOptions, SendResult } from "./turnstream.js";
+import type { CancelResult, ChatClient, ChatState, ConnectOptions, InitInput, LoadOlderResult, PresenceMember, RequestAnswer, SendOptions, SendResult } from "./turnstream.js";
 
 export interface UseTurnstreamOptions extends ConnectOptions {
   /** Passed to the package's `init` on the first connect when its wasm is not next to its JS. */
@@ -37,3 +37,22 @@ export interface UseTurnstreamResult {
  * keep their identity across renders.
  */
 export declare function useTurnstream(options: UseTurnstreamOptions): UseTurnstreamResult;
+
+export interface UsePresenceResult {
+  /** `state.presence`: who is in the session, this browser's member first (`self`). */
+  readonly members: readonly PresenceMember[];
+  /** `state.presenceCount`: members present, unlisted ones included. */
+  readonly count: number;
+  /** The other members whose state says `typing: true`. */
+  readonly typing: readonly PresenceMember[];
+  /** `ChatClient.setPresence`: sets these keys of the browser's presence state. */
+  setPresence(state: Record<string, unknown>): void;
+  /** `ChatClient.setTyping`: call it on every keystroke. */
+  setTyping(): void;
+}
+
+/**
+ * Presence (contract v1.3) of a session: pass what `useTurnstream` returned (or a
+ * `ChatClient`). Until the client is connected, no members, and the setters do nothing.
+ */
+export declare function usePresence(session: UseTurnstreamResult | ChatClient | null): UsePresenceResult;

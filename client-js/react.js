@@ -1,4 +1,5 @@
-// turnstream/react: useTurnstream(options), a ChatClient for the life of a component.
+// turnstream/react: useTurnstream(options), a ChatClient for the life of a component, and
+// usePresence(session), who is in its session.
 import { useCallback, useEffect, useMemo, useRef, useState, useSyncExternalStore } from "react";
 import init, { ChatClient } from "./turnstream.js";
 
@@ -13,6 +14,8 @@ function placeholder(sessionId) {
     historyLoaded: false,
     error: null,
     messages: Object.freeze([]),
+    presence: Object.freeze([]),
+    presenceCount: 0,
   });
 }
 
@@ -102,4 +105,26 @@ export function useTurnstream(options) {
   }, [current]);
 
   return { state, send, respond, cancel, loadOlder, edit, regenerate, switchBranch, client };
+}
+
+const noPresence = Object.freeze([]);
+
+/**
+ * Presence (contract v1.3) of the session of `session` (what `useTurnstream` returns, or a
+ * `ChatClient`): `{ members, count, typing, setPresence, setTyping }`. `members` is
+ * `state.presence` (this browser's member first, `self`), `typing` the other members typing.
+ */
+export function usePresence(session) {
+  const client = session && typeof session.setTyping === "function" ? session : session?.client ?? null;
+  const state = session?.state ?? null;
+  const own = useSyncExternalStore(
+    useMemo(() => (client && !state ? (cb) => client.subscribe(cb) : noSubscription), [client, state]),
+    () => (state ?? (client ? client.state() : null)),
+    () => (state ?? (client ? client.state() : null)),
+  );
+  const members = own?.presence ?? noPresence;
+  const typing = useMemo(() => members.filter((m) => !m.self && m.state.typing === true), [members]);
+  const setPresence = useCallback((s) => client?.setPresence(s), [client]);
+  const setTyping = useCallback(() => client?.setTyping(), [client]);
+  return { members, count: own?.presenceCount ?? 0, typing, setPresence, setTyping };
 }

@@ -173,6 +173,9 @@ function update(b, entry) {
   const live = entry.role === "assistant" &&
     (entry.status === "queued" || entry.status === "streaming" || entry.status === "waiting");
   let meta = STATUS_LABEL[entry.status] ?? entry.status;
+  // Waiting only on calls of other agents: on them, not on you.
+  const open = (entry.requests || []).filter((r) => !r.answer);
+  if (entry.status === "waiting" && open.length && open.every((r) => r.call)) meta = "waiting for " + open.map((r) => r.call.agent).join(", ");
   if (entry.error && entry.error.message) meta += (meta ? ": " : "") + entry.error.message;
   b.querySelector(".meta-status").textContent = meta;
   b.querySelector(".meta").hidden = !meta && !entry.recovered;
@@ -261,7 +264,28 @@ async function runTool(r, card) {
   }
 }
 
+/** A call of another agent (contract v1.3): who, where (a link to the child session), and how
+ *  it ended once it did. The server answers it; nothing to click but the link. */
+function callCard(r) {
+  const card = el("div", "request call");
+  card.dataset.testid = "call";
+  card.dataset.requestId = r.requestId;
+  card.dataset.state = r.call.state;
+  const link = el("a", "call-link", r.call.sessionId);
+  link.href = "?session=" + encodeURIComponent(r.call.sessionId);
+  link.target = "_blank";
+  link.dataset.testid = "call-link";
+  const title = el("div", "request-title", `Calls ${r.call.agent} in `);
+  title.append(link);
+  const state = el("span", "call-state", r.call.state === "running" ? "running…" : r.call.state);
+  state.dataset.testid = "call-state";
+  card.append(title, state);
+  if (r.call.text) card.append(el("div", "request-answer", r.call.text));
+  return card;
+}
+
 function requestCard(r) {
+  if (r.call) return callCard(r);
   const card = el("div", "request");
   card.dataset.testid = "request";
   card.dataset.kind = r.kind;
@@ -336,7 +360,31 @@ function render(state) {
   }
 }
 
+/** "N here", a dot per member (the user, or a short label of its browser), and who types. */
+function renderPresence(state) {
+  const members = state.presence || [];
+  const box = document.getElementById("presence");
+  box.hidden = members.length === 0;
+  box.dataset.count = String(state.presenceCount ?? members.length);
+  box.querySelector(".here").textContent = `${state.presenceCount ?? members.length} here`;
+  box.querySelector(".dots").replaceChildren(...members.map((m) => {
+    const label = m.user || m.memberId.slice(-4);
+    const dot = el("span", "member" + (m.self ? " self" : ""), label.slice(0, 2));
+    dot.dataset.testid = "member";
+    dot.dataset.memberId = m.memberId;
+    dot.dataset.self = String(m.self);
+    dot.dataset.typing = String(m.state.typing === true);
+    dot.title = (m.user || m.memberId) + (m.self ? " (you)" : "");
+    return dot;
+  }));
+  const typing = members.filter((m) => !m.self && m.state.typing === true);
+  const line = document.getElementById("typing");
+  line.hidden = typing.length === 0;
+  line.textContent = typing.length > 1 ? `${typing.length} people are typing…` : "someone is typing…";
+}
+
 function renderState(state) {
+  renderPresence(state);
   const conn = document.getElementById("connection");
   conn.textContent = state.connection;
   conn.dataset.state = state.connection;
@@ -415,6 +463,7 @@ input.addEventListener("keydown", (ev) => {
   }
 });
 input.addEventListener("input", () => {
+  if (input.value) chat.setTyping(); // typing: true at most every 2 s; false 3 s after the last key
   input.style.height = "";
   input.style.height = Math.min(input.scrollHeight, 160) + "px";
 });

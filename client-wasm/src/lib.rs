@@ -6,12 +6,14 @@
 //! - [`tabs`]: what sibling tabs tell each other over a BroadcastChannel.
 //! - [`relay`]: what the tabs of an origin tell each other to share one stream.
 //! - [`streams`]: which streams the leader tab holds for the sessions every tab shows.
+//! - [`presence`]: who is in each session (contract v1.3), from the stream's presence frames.
 //! - [`codec`]: the JSON read and written, by hand rather than with serde (package size).
 //! - [`retry`]: when to try again and what an HTTP answer means for a queued message.
 //! - `browser` (wasm32 only): the thin ring around the reducer — fetch, EventSource, IndexedDB,
 //!   BroadcastChannel, Web Locks — and the `ChatClient` JS API.
 
 pub mod codec;
+pub mod presence;
 pub mod reducer;
 pub mod relay;
 pub mod retry;

@@ -64,6 +64,10 @@ pub enum Relay {
     },
     /// A tab leaves.
     Bye { tab: String },
+    /// A tab sets presence state (contract v1.3) for the browser's member in `session`: the
+    /// keys of the JSON object `state`, which the leader merges into the browser's state and
+    /// posts, so that the state of every tab is one.
+    Presence { session: String, state: String },
 }
 
 /// `a <= b` as journal positions (cursor texts); true across journals, and for text that is no

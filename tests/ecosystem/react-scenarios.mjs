@@ -1,5 +1,6 @@
 // turnstream/react's useTurnstream under StrictMode, with React 19 and React 18 (each scenario
-// with its own server): state updates, respond answering the agent's question, one live client
+// with its own server): state updates, respond answering the agent's question, usePresence across
+// two browsers (contract v1.3), one live client
 // and subscription after the double mount and none after unmount, and a sessionId change
 // reconnecting.
 import { assert, assertEq, until } from "../support.mjs";
@@ -71,6 +72,28 @@ for (const react of ["react19", "react18"]) {
       await until("that turn to end", async () => (await server.turn(last.turn_id)).state === "completed");
       assertEq((await counts(page)).renders, renders, "nothing renders after unmount");
       return page;
+    });
+
+  scenario(`${react}: usePresence: two browsers list each other, this one first; setTyping shows in the other; no second subscription`,
+    [], async ({ browser, context, server, session }) => {
+      const other = await browser.newContext();
+      try {
+        const pages = [await openHook(context, server), await openHook(other, server)];
+        for (const p of pages) await p.evaluate((s) => window.app.mount(s, "memory"), session);
+        const listed = (p) => until("two members, this browser first", async () => {
+          const v = (await hookView(p))?.presence;
+          return v?.count === 2 && v.members.length === 2 && v.members[0].self && !v.members[1].self && v;
+        });
+        const [a, b] = [await listed(pages[0]), await listed(pages[1])];
+        assertEq(a.members.map((m) => m.id), [b.members[1].id, b.members[0].id], "the same two members, each its own first");
+        await pages[0].evaluate(() => window.app.setTyping());
+        await until("the other browser to show it typing", async () => (await hookView(pages[1])).presence.typing[0] === a.members[0].id);
+        assertEq((await hookView(pages[0])).presence.typing, [], "a browser does not list itself typing");
+        assertEq((await counts(pages[0])).subscriptions, 1, "usePresence adds no subscription of its own");
+        return pages[1];
+      } finally {
+        await other.close();
+      }
     });
 
   scenario(`${react}: a new sessionId closes the old client and connects the new one (IndexedDB storage)`,

@@ -1,5 +1,6 @@
 // Agents that ask (contract v1.2) through turnstream/ai-sdk under useChat, against the demo
-// agent (each scenario with its own server): a client tool (`/clienttool get_location`) run by
+// agent (each scenario with its own server): a call of another agent (contract v1.3,
+// `/call ...`, a tool-agent_call part the server runs) with AI SDK 5 and 7; a client tool (`/clienttool get_location`) run by
 // the page's `onToolCall` with AI SDK 5 and 7, and an approval (`/approve ...`) answered with
 // `addToolApprovalResponse` with AI SDK 7. Each ends with the exact reply in the same reply
 // message, each part once, and no second user message; the server recorded the answer once.
@@ -74,3 +75,31 @@ scenario("ai@7: an approval (tool part in approval-requested) answered with addT
     assert(sent.length === 2, `two requests: ${sent.length}`);
     return page;
   });
+
+for (const major of [5, 7]) {
+  scenario(`ai@${major}: a call of another agent (contract v1.3) is a tool-agent_call part the server runs, and the same reply streams on`,
+    ["--demo-delay-ms", "5"], async ({ context, server, session }) => {
+      const child = `${session}-child`;
+      const page = await openChat(context, server, session, { major, asks: true });
+      await page.evaluate((text) => { window.chat.sendMessage({ text }); }, `/call researcher ${child} /echo hello`);
+      const text = "researcher answered: hello";
+      const v = await answered(page, text);
+      assertEq(v.error, null, "no error");
+      const reply = v.messages[1];
+      const turn = await server.turn(turnOf(reply));
+      assertEq([turn.state, turn.text], ["completed", text], "the turn completed with the exact reply");
+      const call = turn.requests[0];
+      assertEq([call.kind, call.call.agent, call.call.session_id, call.answer.state, call.answer.text],
+        ["agent_call", "researcher", child, "completed", "hello"], "the server's call and its answer");
+      assertEq(parts(reply).filter((p) => p.type !== "step-start"), [
+        { type: "tool-agent_call", toolCallId: call.request_id, state: "output-available", input: { agent: "researcher", content: "" },
+          output: { state: "completed", text: "hello" }, errorText: undefined, providerExecuted: true },
+        { type: "text", text, state: "done" },
+      ], "the call, with its input and the child's end as output, then the reply's text, each once");
+      const sent = await requests(page);
+      assertEq(sent.map((r) => r.kind), ["send"], "one request: nothing for useChat to answer");
+      assertEq(chunkTypes(sent[0].chunks), ["start", "tool-input-available", "tool-output-available", "text-start", "text-delta", "text-end", "finish"],
+        "the call's input, its output once the child ended, then the text, in one stream");
+      return page;
+    });
+}

@@ -46,8 +46,24 @@ export type ToolStatus = "started" | "progress" | "finished" | "failed";
 /** A state this SDK does not know (a later contract's) reads as "running". */
 export type TurnState = "queued" | "running" | "waiting" | "completed" | "cancelled" | "failed" | "interrupted";
 
-/** What an agent asks for: a yes or no on a tool call, a tool the browser runs, a question. */
-export type RequestKind = "approval" | "client_tool" | "question";
+/** What an agent asks for: a yes or no on a tool call, a tool the browser runs, a question;
+ *  or (contract v1.3) a call of another agent, answered by the server when its turn ends. */
+export type RequestKind = "approval" | "client_tool" | "question" | "agent_call";
+
+/** The child turn an `agent_call` request runs, in the session `sessionId` (connect a
+ *  `ChatClient` to it to follow it live: the browser's one stream carries it too). */
+export interface AgentCallView {
+  readonly agent: string;
+  readonly sessionId: string;
+  readonly turnId: string;
+  /** The child's user message. */
+  readonly messageId: string;
+  /** "running" until the call is answered, then how the child turn ended. */
+  readonly state: TurnState;
+  /** The child's reply, once answered. */
+  readonly text: string | null;
+  readonly error: string | null;
+}
 
 /** A request's answer, as `respond` takes it and `requests[].answer` shows it. */
 export type RequestAnswer =
@@ -59,7 +75,9 @@ export type RequestAnswer =
   /** question (a plain string is taken as `{ text }`) */
   | { text: string }
   /** given by the server when the request's time ran out */
-  | { timed_out: true };
+  | { timed_out: true }
+  /** agent_call: the child turn's end, given by the server */
+  | { turn_id: string; state: TurnState; text: string; error?: string };
 
 /** Something the agent asked in this turn, and its answer once given. */
 export interface InputRequest {
@@ -73,6 +91,8 @@ export interface InputRequest {
   readonly options: readonly string[] | null;
   /** Unix milliseconds after which the server answers `{ timed_out: true }` itself. */
   readonly expiresAt: number | null;
+  /** The child turn of an `agent_call` (contract v1.3), else null. */
+  readonly call: AgentCallView | null;
   /** null while open; the answer given in this browser shows at once, the server's wins. */
   readonly answer: RequestAnswer | null;
   /** Who gave the server's answer (null without auth, for a timeout, and until it arrives). */
@@ -193,6 +213,23 @@ export interface ChatState {
   /** The active branch (contract v1.2), in conversation order; messages not yet accepted by
    *  the server last, in send order. */
   readonly messages: readonly ChatEntry[];
+  /** Who is in the session (contract v1.3): this browser's member first (`self`), from the
+   *  stream's roster and its changes; empty until the first roster. */
+  readonly presence: readonly PresenceMember[];
+  /** Members present, those the server does not list (past its limit) included. */
+  readonly presenceCount: number;
+}
+
+/** One member: a browser (all its tabs are one) or an agent. */
+export interface PresenceMember {
+  readonly memberId: string;
+  /** The token's `sub` under auth, else null. */
+  readonly user: string | null;
+  /** What `setPresence` set (`typing: true` while its user types). */
+  readonly state: { readonly typing?: boolean; readonly [key: string]: unknown };
+  readonly joinedAt: number;
+  /** This browser. */
+  readonly self: boolean;
 }
 
 export interface SendResult {
@@ -395,7 +432,31 @@ impl ChatClient {
     /// `options.attachments`: files the app stored, by URL (text may then be empty).
     #[wasm_bindgen(unchecked_return_type = "Promise<SendResult>")]
     pub fn send(&self, content: String, options: Option<SendOptions>) -> Promise {
+        self.inner.stop_typing();
         send(self.inner.clone(), content, options, None)
+    }
+
+    /// Sets these keys of this browser's presence state in the session (contract v1.3), for
+    /// every tab of the browser (the state set in any tab is the browser's); other members see
+    /// it in their `presence`. Throws unless `state` is a plain object.
+    #[wasm_bindgen(js_name = "setPresence")]
+    pub fn set_presence(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "Record<string, unknown>")] state: JsValue,
+    ) -> Result<(), JsError> {
+        if !state.is_object() || Array::is_array(&state) {
+            return Err(JsError::new("turnstream: setPresence takes an object"));
+        }
+        self.inner.set_presence(&crate::codec::Value::json(&state));
+        Ok(())
+    }
+
+    /// The user is typing: call it on every keystroke. Sends `typing: true` at most every 2 s
+    /// while called, and `typing: false` 3 s after the last call, after `send`, and when the
+    /// page goes away.
+    #[wasm_bindgen(js_name = "setTyping")]
+    pub fn set_typing(&self) {
+        self.inner.set_typing();
     }
 
     /// Loads the page of history before the oldest message read (`historyLimit` messages) and

@@ -194,3 +194,30 @@ impl Drop for GlobalListener {
         }
     }
 }
+
+/// Where the browser's presence client id is kept.
+const CLIENT_KEY: &str = "turnstream-client";
+
+/// This browser's presence member id (contract v1.3), the same in every tab and across
+/// reloads: kept in `localStorage`, made on first use. A fresh one per page where there is no
+/// `localStorage` (a worker, storage refused).
+pub(crate) fn client_id() -> String {
+    let storage = get(&js_sys::global(), "localStorage");
+    let call = |name: &str, args: &js_sys::Array| -> Option<JsValue> {
+        let s = storage.as_ref()?;
+        let f = get(s, name)?.dyn_into::<Function>().ok()?;
+        Reflect::apply(&f, s, args).ok()
+    };
+    let key = JsValue::from_str(CLIENT_KEY);
+    if let Some(id) = call("getItem", &js_sys::Array::of1(&key)).and_then(|v| v.as_string()) {
+        if turnstream_protocol::limits::is_valid_id(&id) && id.len() <= 64 {
+            return id;
+        }
+    }
+    let id = new_client_message_id();
+    call(
+        "setItem",
+        &js_sys::Array::of2(&key, &JsValue::from_str(&id)),
+    );
+    id
+}

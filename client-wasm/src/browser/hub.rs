@@ -29,6 +29,8 @@ use crate::relay::{Fit, Follow, Relay, StreamState, Want};
 use crate::retry::backoff_ms;
 use crate::streams::{self, Held, Wanted};
 
+mod presence;
+
 /// The leader's heartbeat; followers announce themselves every [`ANNOUNCE_EVERY`] ticks.
 const TICK_MS: u32 = 500;
 const ANNOUNCE_EVERY: u32 = 4;
@@ -97,6 +99,12 @@ pub(crate) struct Hub {
     closed: Cell<bool>,
     /// The app's credentials for the streams.
     auth: RefCell<Option<Rc<Auth>>>,
+    /// This browser's presence member id (see [`env::client_id`]).
+    client: String,
+    /// The presence rosters of the sessions shown (contract v1.3).
+    rosters: RefCell<crate::presence::Rosters>,
+    /// The leader's presence updates, one per session.
+    posts: RefCell<Vec<presence::Post>>,
 }
 
 /// A session's place in its tab's hub; leaving on drop.
@@ -127,6 +135,8 @@ impl Membership {
             live: false,
             on,
         });
+        // The roster this tab knows already, at once.
+        hub.show_presence(session);
         Membership { hub, id }
     }
 
@@ -139,6 +149,21 @@ impl Membership {
             }
         }
         self.hub.members_changed();
+    }
+
+    /// Sets the keys of `patch` (a JSON object's text) in the browser's presence state.
+    pub(crate) fn set_presence(&self, session: &str, patch: &str) {
+        self.hub.set_presence(session, patch);
+    }
+
+    /// The page goes away: its member's state with `patch` set, posted with `keepalive`.
+    pub(crate) fn leave_presence(&self, session: &str, patch: &str) {
+        let body = crate::codec::presence::presence_request_json(
+            &self.hub.client,
+            &self.hub.presence_with(session, patch),
+        );
+        let token = self.hub.auth.borrow().as_ref().and_then(|a| a.cached());
+        presence::beacon(&self.hub.base_url, session, token, &body);
     }
 
     pub(crate) fn is_live(&self) -> bool {
@@ -207,6 +232,9 @@ impl Hub {
                 waker: Waker::default(),
                 closed: Cell::new(false),
                 auth: RefCell::new(None),
+                client: env::client_id(),
+                rosters: RefCell::default(),
+                posts: RefCell::default(),
             }
         });
         HUBS.with(|h| {
@@ -386,7 +414,9 @@ impl Hub {
             } => {
                 if !self.leading.get() {
                     self.heard.set(env::now_ms() as f64);
-                    if self.deliver(&sid, &kind, &data, prev.as_deref(), &last) {
+                    if kind.starts_with("presence") {
+                        self.presence_frame(&kind, &data);
+                    } else if self.deliver(&sid, &kind, &data, prev.as_deref(), &last) {
                         self.announce();
                         self.update_live();
                     }
@@ -400,6 +430,18 @@ impl Hub {
                 let now = env::now_ms() as f64;
                 {
                     let mut remotes = self.remotes.borrow_mut();
+                    // A tab new here, or showing a session it did not: hand it the rosters.
+                    let before = remotes.iter().find(|r| r.tab == tab);
+                    let new: Vec<String> = wants
+                        .iter()
+                        .filter(|w| {
+                            !before.is_some_and(|b| b.wants.iter().any(|x| x.session == w.session))
+                        })
+                        .map(|w| w.session.clone())
+                        .collect();
+                    if self.leading.get() {
+                        self.send_rosters(&new);
+                    }
                     remotes.retain(|r| r.tab != tab);
                     remotes.push(Remote {
                         tab,
@@ -416,6 +458,11 @@ impl Hub {
                 self.remotes.borrow_mut().retain(|r| r.tab != tab);
                 if self.leading.get() {
                     self.reconcile();
+                }
+            }
+            Relay::Presence { session, state } => {
+                if self.leading.get() {
+                    self.merge_presence(&session, &state);
                 }
             }
         }
@@ -496,7 +543,7 @@ impl Hub {
                     );
                     break;
                 }
-                Signal::Open | Signal::Retrying => {}
+                Signal::Open | Signal::Retrying | Signal::Presence(..) => {}
             }
         }
         for (on, s) in calls {
@@ -630,7 +677,8 @@ impl Hub {
         }
         url.push_str("cursor=");
         url.push_str(&String::from(js_sys::encode_uri_component(&g.last)));
-        url.push_str("&snapshot=1");
+        url.push_str("&snapshot=1&presence=1&client=");
+        url.push_str(&String::from(js_sys::encode_uri_component(&self.client)));
         if let Some(token) = self.auth.borrow().as_ref().and_then(|a| a.cached()) {
             // EventSource cannot send headers.
             url.push_str("&access_token=");
@@ -671,6 +719,8 @@ impl Hub {
                     let mut groups = self.groups.borrow_mut();
                     groups[i].state.open = true;
                     groups[i].attempt = 0;
+                    // A new connection: its fresh rosters come first, diffs wait for them.
+                    self.rosters.borrow_mut().stale(&groups[i].state.sessions);
                 }
                 self.broadcast_state();
                 self.update_live();
@@ -729,6 +779,8 @@ impl Hub {
                 ("event", d, Some(prev), last)
             }
             Frame::Resync(d) => ("resync", d, None, String::new()),
+            // No `id:`: the stream's position stays where it is.
+            Frame::Presence(kind, d) => (kind, d, None, String::new()),
         };
         self.post(&Relay::Frame {
             sid: sid.to_owned(),
@@ -737,6 +789,10 @@ impl Hub {
             prev: prev.clone(),
             last: last.clone(),
         });
+        if kind.starts_with("presence") {
+            self.presence_frame(kind, &data);
+            return;
+        }
         let missed = self.deliver(sid, kind, &data, prev.as_deref(), &last);
         if kind == "resync" {
             self.groups.borrow_mut().retain(|g| g.state.sid != sid);

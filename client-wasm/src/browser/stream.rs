@@ -15,6 +15,9 @@ use super::json;
 use crate::codec;
 use crate::reducer::TurnPlace;
 
+/// The stream's presence frames (contract v1.3).
+pub(crate) const PRESENCE_EVENTS: [&str; 2] = ["presence", "presence_diff"];
+
 /// What the stream tells the client.
 pub(crate) enum Signal {
     /// The stream covering the session is delivering: we are live.
@@ -29,6 +32,9 @@ pub(crate) enum Signal {
     Retrying,
     /// A frame that did not parse (logged, otherwise ignored).
     Garbled(&'static str),
+    /// The session's presence roster changed (contract v1.3): its members as `state.presence`
+    /// shows them (JSON, this browser's member first) and their count.
+    Presence(Rc<str>, i64),
 }
 
 /// What one `EventSource` says, unparsed: the hub relays these to sibling tabs as they came.
@@ -47,6 +53,8 @@ pub(crate) enum Frame {
     Retrying,
     /// The browser gave up (an HTTP error answer): the source must be reopened.
     Failed,
+    /// A presence frame (`presence` or `presence_diff`, no `id:`) and its `data`.
+    Presence(&'static str, String),
 }
 
 impl Frame {
@@ -107,6 +115,11 @@ impl Stream {
                     .unwrap_or_default();
                 h.on(Frame::Event(data(&e), last))
             });
+        }
+
+        for kind in PRESENCE_EVENTS {
+            let h = on.clone();
+            stream.listen(kind, move |e| h.on(Frame::Presence(kind, data(&e))));
         }
 
         let h = on.clone();

@@ -231,6 +231,10 @@ pub fn relay<V: Value>(v: &V) -> Option<Relay> {
             wants: f.items("wants", want),
         },
         "bye" => Relay::Bye { tab: f.str("tab") },
+        "presence" => Relay::Presence {
+            session: f.str("session"),
+            state: f.str("state"),
+        },
         _ => return None,
     };
     f.done(r)
@@ -496,6 +500,11 @@ pub fn relay_json(msg: &Relay) -> String {
         }
         Relay::Bye { tab } => {
             o.str("t", "bye").str("tab", tab);
+        }
+        Relay::Presence { session, state } => {
+            o.str("t", "presence")
+                .str("session", session)
+                .str("state", state);
         }
     }
     o.end();

@@ -15,6 +15,7 @@
 use turnstream_protocol::RawJson;
 
 pub mod local;
+pub mod presence;
 pub mod wire;
 
 pub use local::{

@@ -2,7 +2,7 @@
 //! turn statuses, POST answers, error bodies) and the request bodies the SDK sends.
 
 use turnstream_protocol::{
-    ActiveTurn, Attachment, CallTarget, CalledBy, CancelResponse, ErrorDetail, Event, EventBody,
+    ActiveTurn, Attachment, CallTarget, CancelResponse, ErrorDetail, Event, EventBody,
     HistoryResponse, InputGiven, InputRequest, Message, MessageStatus, OnBusy, PostMessageResponse,
     RawJson, RegenerateResponse, RequestKind, ResyncReason, ResyncRequired, Role as WireRole,
     Siblings, Snapshot, ToolCall, ToolRequest, ToolStatus, Truncation, TurnInfo, TurnRequest,
@@ -57,20 +57,11 @@ pub fn message<V: Value>(v: &V) -> Option<Message> {
         parent_id: f.opt_str("parent_id"),
         siblings: f.opt("siblings", siblings),
         requests: f.list("requests", turn_request),
-        called_by: f.opt("called_by", called_by),
+        // Who called a child turn, and a turn's agent (v1.3): the SDK shows neither (a call
+        // shows on the caller's side, from its request).
+        called_by: None,
     };
     f.done(m)
-}
-
-/// Who called a turn (v1.3).
-fn called_by<V: Value>(v: &V) -> Option<CalledBy> {
-    let mut f = Fields::new(v);
-    let c = CalledBy {
-        turn_id: f.str("turn_id"),
-        session_id: f.str("session_id"),
-        request_id: f.str("request_id"),
-    };
-    f.done(c)
 }
 
 /// The child turn of an `agent_call` request (v1.3).
@@ -196,7 +187,7 @@ pub fn event<V: Value>(v: &V) -> Option<Event> {
         "turn_queued" => EventBody::TurnQueued {
             reply_id: f.opt_str("reply_id"),
             parent_id: f.opt_str("parent_id"),
-            agent: f.opt_str("agent"),
+            agent: None,
         },
         "branch_changed" => EventBody::BranchChanged {
             leaf_id: f.str("leaf_id"),
@@ -241,8 +232,8 @@ fn active_turn<V: Value>(v: &V) -> Option<ActiveTurn> {
         requests: f.list("requests", turn_request),
         reply_id: None,
         parent_id: None,
-        agent: f.opt_str("agent"),
-        called_by: f.opt("called_by", called_by),
+        agent: None,
+        called_by: None,
     };
     f.done(t)
 }
@@ -315,8 +306,8 @@ pub fn turn_info<V: Value>(v: &V) -> Option<TurnInfo> {
         requests: f.list("requests", turn_request),
         reply_id: None,
         parent_id: None,
-        agent: f.opt_str("agent"),
-        called_by: f.opt("called_by", called_by),
+        agent: None,
+        called_by: None,
     };
     f.done(t)
 }
@@ -442,6 +433,14 @@ fn write_turn_request(out: &mut String, r: &TurnRequest) {
     }
     if let Some(at) = r.expires_at {
         o.int("expires_at", at);
+    }
+    if let Some(c) = &r.call {
+        Obj::new(o.key("call"))
+            .str("agent", &c.agent)
+            .str("session_id", &c.session_id)
+            .str("turn_id", &c.turn_id)
+            .str("message_id", &c.message_id)
+            .end();
     }
     if let Some(a) = &r.answer {
         o.key("answer").push_str(a.as_str());

@@ -9,6 +9,8 @@ use turnstream_protocol::{
 use super::{CacheRecord, Connection, Conversation, EntryStatus, Role};
 use crate::tabs::TabMessage;
 
+mod calls;
+
 const S: &str = "s1";
 
 fn ev(seq: i64, turn: &str, body: EventBody) -> Event {

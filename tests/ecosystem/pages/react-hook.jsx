@@ -1,11 +1,11 @@
 // useTurnstream under StrictMode (built once with React 19, once with React 18). The page counts
 // live ChatClients and subscriptions by wrapping the package's ChatClient, and exposes
-// window.app: mount(session, storage), unmount(), setSession(session), send(text), respond(id, answer),
+// window.app: mount(session, storage), unmount(), setSession(session), send(text), setTyping(), respond(id, answer),
 // cancel(), counts().
 import { StrictMode, useState, version } from "react";
 import { createRoot } from "react-dom/client";
 import { ChatClient } from "turnstream";
-import { useTurnstream } from "turnstream/react";
+import { usePresence, useTurnstream } from "turnstream/react";
 
 const counts = { connects: 0, closes: 0, subscribes: 0, unsubscribes: 0, renders: 0 };
 const connect = ChatClient.connect;
@@ -38,12 +38,17 @@ ChatClient.prototype.subscribe = function (listener) {
 };
 
 let api = null;
+let typing = null;
 function Chat({ sessionId, storage }) {
   const t = useTurnstream({ sessionId, storage });
+  const presence = usePresence(t);
   counts.renders++;
   api = t;
+  typing = presence.setTyping;
   window.view = { sessionId: t.state.sessionId, connection: t.state.connection, busy: t.state.busy,
-    messages: t.state.messages.map((m) => ({ key: m.key, role: m.role, status: m.status, content: m.content, requests: m.requests })) };
+    messages: t.state.messages.map((m) => ({ key: m.key, role: m.role, status: m.status, content: m.content, requests: m.requests })),
+    presence: { count: presence.count, typing: presence.typing.map((m) => m.memberId),
+      members: presence.members.map((m) => ({ id: m.memberId, self: m.self })) } };
   return (
     <ul>
       {t.state.messages.map((m) => <li key={m.key} data-role={m.role} data-status={m.status}>{m.content}</li>)}
@@ -72,6 +77,7 @@ window.app = {
   },
   setSession: (s) => setSession(s),
   send: (text) => api.send(text),
+  setTyping: () => typing(),
   cancel: (turnId) => api.cancel(turnId),
   respond: (requestId, answer) => api.respond(requestId, answer),
   loadOlder: () => api.loadOlder(),

@@ -5,7 +5,7 @@ import { useChat } from "@ai-sdk/react";
 import type { ChatTransport, FileUIPart, UIMessage, UIMessageChunk } from "ai";
 import init, { type ChatState } from "turnstream";
 import { TurnstreamChatTransport, toUIMessages, type ChatMessages, type TurnstreamMetadata } from "turnstream/ai-sdk";
-import { useTurnstream, type UseTurnstreamResult } from "turnstream/react";
+import { usePresence, useTurnstream, type UsePresenceResult, type UseTurnstreamResult } from "turnstream/react";
 
 type Meta = { createdAt: number };
 type MyMessage = UIMessage<Meta>;
@@ -78,5 +78,21 @@ export function react(): number {
   void r.regenerate("turn:t-1");
   const recovered: boolean[] = r.state.messages.map((m) => m.recovered);
   void recovered;
+  // Presence (v1.3): who is here and who types, from the hook and from the state.
+  const p: UsePresenceResult = usePresence(r);
+  const here: string[] = p.members.map((m) => (m.self ? "you" : m.user ?? m.memberId));
+  p.setPresence({ status: "away" });
+  p.setTyping();
+  r.client?.setTyping();
+  const typing: boolean = p.typing.length > 0 || r.state.presence.some((m) => m.state.typing === true);
+  void [here, typing, p.count, r.state.presenceCount];
+  // Calls (v1.3): a reply's agent_call request and its child turn.
+  for (const m of r.state.messages) {
+    for (const q of m.requests) {
+      if (q.kind !== "agent_call" || !q.call) continue;
+      const state: string = q.call.state;
+      void [state, `?session=${q.call.sessionId}`, q.call.text, q.call.turnId];
+    }
+  }
   return r.state.messages.filter((m) => m.role === "assistant" && (m.status === "streaming" || m.status === "waiting")).length;
 }

@@ -140,6 +140,7 @@ impl Client {
             }
             Signal::Retrying => self.set_connection(self.unreachable()),
             Signal::Garbled(kind) => warn("ignored a frame that did not parse", kind),
+            Signal::Presence(members, count) => self.show_presence(&members, count),
         }
     }
 

@@ -36,6 +36,7 @@ mod cache;
 mod connection;
 mod older;
 mod outbox;
+mod presence;
 mod render;
 mod siblings;
 
@@ -78,6 +79,14 @@ pub(crate) struct Client {
     delivered: Cell<bool>,
     /// `respond` promises still waiting for the server's verdict.
     waiters: RefCell<Vec<answers::Waiter>>,
+    /// `state.presence` (frozen) and `state.presenceCount` (contract v1.3); never cached.
+    presence: RefCell<(JsValue, i64)>,
+    /// Bumped on every roster change: part of the state's revision.
+    presence_rev: Cell<u64>,
+    /// When `typing: true` was last sent (0: not typing), and `setTyping` last called.
+    typing_sent: Cell<f64>,
+    typing_seen: Cell<f64>,
+    typing_timer: Cell<bool>,
 }
 
 impl Client {
@@ -123,6 +132,11 @@ impl Client {
             ever_live: Cell::new(false),
             delivered: Cell::new(false),
             waiters: RefCell::new(Vec::new()),
+            presence: RefCell::new((js_sys::Array::new().into(), 0)),
+            presence_rev: Cell::new(0),
+            typing_sent: Cell::new(0.0),
+            typing_seen: Cell::new(0.0),
+            typing_timer: Cell::new(false),
         });
 
         // The cache first: the page shows the last known view before any network round trip.
@@ -158,6 +172,7 @@ impl Client {
         ));
         client.listen_to_network();
         client.save_on_leave();
+        client.stop_typing_on_leave();
         spawn_local(client.clone().run());
         client.check_turns();
         client.kick_outbox();
@@ -180,7 +195,12 @@ impl Client {
     }
 
     pub(super) fn changed(self: &Rc<Self>) {
-        // Subscribers hear once per task, however many events that task applied.
+        self.notify_soon();
+        self.schedule_save();
+    }
+
+    /// Subscribers hear once per task, however many changes that task made.
+    pub(super) fn notify_soon(self: &Rc<Self>) {
         if !self.notify_scheduled.replace(true) {
             let me = self.clone();
             spawn_local(async move {
@@ -188,7 +208,11 @@ impl Client {
                 me.notify();
             });
         }
-        self.schedule_save();
+    }
+
+    /// The state's revision: the view's, and the presence roster's.
+    pub(super) fn revision(&self) -> u64 {
+        self.conv.borrow().revision() + self.presence_rev.get()
     }
 
     pub(crate) async fn cancel(&self, turn_id: &str) -> Result<JsValue, String> {

@@ -9,7 +9,7 @@ use web_sys::console;
 
 use super::{set, Client};
 use crate::browser::json;
-use crate::codec::{self, write_str, Obj};
+use crate::codec::{self, write_str, Obj, Value};
 use crate::reducer::entry::EntryError;
 use crate::reducer::{AttachmentView, EntryView, ToolView};
 use turnstream_protocol::{RawJson, TurnRequest};
@@ -27,7 +27,7 @@ pub(super) struct Rendered {
 impl Client {
     pub(super) fn notify(&self) {
         self.settle_waiters();
-        let revision = self.conv.borrow().revision();
+        let revision = self.revision();
         if self.notified.replace(Some(revision)) == Some(revision) {
             return;
         }
@@ -47,8 +47,8 @@ impl Client {
 
     /// The current state: the same object until something changes.
     pub(crate) fn state(&self) -> JsValue {
+        let revision = self.revision();
         let conv = self.conv.borrow();
-        let revision = conv.revision();
         let mut r = self.rendered.borrow_mut();
         if r.revision == Some(revision) {
             return r.state.clone();
@@ -96,6 +96,9 @@ impl Client {
         set(&state, "historyLoaded", &history_loaded.into());
         set(&state, "error", &error_js(view.error.as_ref()));
         set(&state, "messages", &messages);
+        let presence = self.presence.borrow();
+        set(&state, "presence", &presence.0);
+        set(&state, "presenceCount", &(presence.1 as f64).into());
         Object::freeze(&state);
         r.entries = entries;
         r.state = state.into();
@@ -188,6 +191,31 @@ fn write_attachment(out: &mut String, a: &AttachmentView) {
         .end();
 }
 
+/// An `agent_call` request's child turn (v1.3), `running` until the call is answered, then
+/// the child's end as the answer says it; null for the other kinds.
+fn write_call(out: &mut String, r: &TurnRequest) {
+    let Some(c) = &r.call else {
+        out.push_str("null");
+        return;
+    };
+    let answer = r.answer.as_ref().and_then(|a| json::parse(a.as_str()));
+    let field = |k: &str| {
+        answer
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .and_then(|v| v.string())
+    };
+    Obj::new(out)
+        .str("agent", &c.agent)
+        .str("sessionId", &c.session_id)
+        .str("turnId", &c.turn_id)
+        .str("messageId", &c.message_id)
+        .str("state", field("state").as_deref().unwrap_or("running"))
+        .opt_str("text", field("text").as_deref())
+        .opt_str("error", field("error").as_deref())
+        .end();
+}
+
 fn write_request(out: &mut String, r: &TurnRequest) {
     let mut o = Obj::new(out);
     o.str("requestId", &r.request_id)
@@ -209,6 +237,7 @@ fn write_request(out: &mut String, r: &TurnRequest) {
         None => o.key("options").push_str("null"),
     }
     o.opt_int("expiresAt", r.expires_at);
+    write_call(o.key("call"), r);
     o.key("answer")
         .push_str(r.answer.as_ref().map_or("null", RawJson::as_str));
     o.opt_str("answeredBy", r.answered_by.as_deref()).end();

@@ -170,6 +170,10 @@ fn relay_messages_round_trip() {
             ],
         },
         Relay::Bye { tab: "c-2".into() },
+        Relay::Presence {
+            session: "a".into(),
+            state: r#"{"typing":true}"#.into(),
+        },
     ];
     for m in msgs {
         let json: serde_json::Value =
