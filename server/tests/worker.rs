@@ -8,44 +8,10 @@ mod support;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use serde_json::{json, Value};
+use support::worker_api::{keyed_client, worker_server, SECRET, SERVICE_KEY};
 use support::*;
 use turnstream_protocol::{EventBody, MessageStatus, Role, ToolStatus, TurnState};
-
-const SERVICE_KEY: &str = "svc-worker-test-key-01";
-const SECRET: &str = "test-secret-0123456789-abcdefghijklmnop";
-
-/// A worker-mode server whose test client sends the service key on every request.
-fn worker_server(extra: &[&str]) -> TestResult<TestServer> {
-    let mut args = vec![
-        "--agent",
-        "worker",
-        "--service-key",
-        SERVICE_KEY,
-        "--auth-secret",
-        SECRET,
-    ];
-    args.extend_from_slice(extra);
-    let mut s = TestServer::start(&args)?;
-    s.http = keyed_client(SERVICE_KEY)?;
-    Ok(s)
-}
-
-fn keyed_client(key: &str) -> TestResult<reqwest::Client> {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        AUTHORIZATION,
-        HeaderValue::from_str(&format!("Bearer {key}"))?,
-    );
-    // No idle connection kept: with several nodes behind the test's proxy, each request goes to
-    // another node, and none rides a connection to a node that a restart killed.
-    Ok(reqwest::Client::builder()
-        .default_headers(headers)
-        .timeout(DEADLINE)
-        .pool_max_idle_per_host(0)
-        .build()?)
-}
 
 async fn call(s: &TestServer, path: &str, body: Value) -> TestResult<(u16, Value)> {
     let res = s
