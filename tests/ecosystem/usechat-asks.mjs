@@ -92,7 +92,7 @@ for (const major of [5, 7]) {
       assertEq([call.kind, call.call.agent, call.call.session_id, call.answer.state, call.answer.text],
         ["agent_call", "researcher", child, "completed", "hello"], "the server's call and its answer");
       assertEq(parts(reply).filter((p) => p.type !== "step-start"), [
-        { type: "tool-agent_call", toolCallId: call.request_id, state: "output-available", input: { agent: "researcher", content: "" },
+        { type: "tool-agent_call", toolCallId: call.request_id, state: "output-available", input: { agent: "researcher", content: "/echo hello" },
           output: { state: "completed", text: "hello" }, errorText: undefined, providerExecuted: true },
         { type: "text", text, state: "done" },
       ], "the call, with its input and the child's end as output, then the reply's text, each once");

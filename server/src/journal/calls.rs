@@ -11,12 +11,14 @@ use turnstream_protocol::call::{
     is_valid_agent, CallRefusal, ANSWERED_BY_TURN_PREFIX, CALLER_AUTHOR_PREFIX, MAX_AGENT_LEN,
     MAX_CALL_DEPTH,
 };
+use turnstream_protocol::input::MAX_INPUT_TEXT_BYTES;
 use turnstream_protocol::limits::{is_valid_id, MAX_ACTIVE_TURNS_PER_SESSION, MAX_CONTENT_BYTES};
 use turnstream_protocol::{
     Attachment, CallAnswer, CallTarget, CalledBy, InputRequest, RawJson, RequestKind, TurnState,
 };
 
 use super::accept::{admit_and_leaf, new_id, queue_turn, Admission, Queued};
+use super::floor_char_boundary;
 use super::rows::{turn_by_id, TurnRow};
 use super::sql::{params, Sql};
 use super::WriteCtx;
@@ -107,7 +109,11 @@ pub(super) fn open_call(
         request_id: call.request_id.clone(),
         kind: RequestKind::AgentCall,
         tool: None,
-        prompt: None,
+        // What the call asks, for those who show it (the AI SDK's tool input): the child's
+        // message, cut to a request's text limit.
+        prompt: Some(
+            call.content[..floor_char_boundary(&call.content, MAX_INPUT_TEXT_BYTES)].to_string(),
+        ),
         options: None,
         expires_at: None,
         call: Some(target.clone()),
