@@ -116,13 +116,17 @@ const CALL_ID: &str = "demo_call";
 
 /// The answer to call `id` in the turn so far (v1.3), once its child ended.
 fn call_answer(so_far: Option<&ActiveTurn>, id: &str) -> Option<CallAnswer> {
-    let answer = so_far?
+    serde_json::from_str(given(so_far, id)?.as_str()).ok()
+}
+
+/// The raw answer given to request `id` in the turn so far, if any.
+fn given<'a>(so_far: Option<&'a ActiveTurn>, id: &str) -> Option<&'a RawJson> {
+    so_far?
         .requests
         .iter()
         .find(|r| r.request_id == id)?
         .answer
-        .as_ref()?;
-    serde_json::from_str(answer.as_str()).ok()
+        .as_ref()
 }
 
 /// Any answer's fields, as the demo reads them.
@@ -144,13 +148,7 @@ struct AnswerFields {
 
 /// The answer to request `id` in the turn so far, if it was given.
 fn answer_to(so_far: Option<&ActiveTurn>, id: &str) -> Option<AnswerFields> {
-    let answer = so_far?
-        .requests
-        .iter()
-        .find(|r| r.request_id == id)?
-        .answer
-        .as_ref()?;
-    Some(serde_json::from_str(answer.as_str()).unwrap_or_default())
+    Some(serde_json::from_str(given(so_far, id)?.as_str()).unwrap_or_default())
 }
 
 /// ` (REASON)` when a reason was given.
