@@ -9,24 +9,13 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::worker_api::{keyed_client, worker_server, SECRET, SERVICE_KEY};
+use support::worker_api::{keyed_client, worker_post, worker_server, SECRET, SERVICE_KEY};
 use support::*;
 use turnstream_protocol::{EventBody, MessageStatus, Role, ToolStatus, TurnState};
 
-async fn call(s: &TestServer, path: &str, body: Value) -> TestResult<(u16, Value)> {
-    let res = s
-        .http
-        .post(format!("{}/api/worker{path}", s.url))
-        .json(&body)
-        .send()
-        .await?;
-    let status = res.status().as_u16();
-    Ok((status, res.json().await.unwrap_or(Value::Null)))
-}
-
 /// Claims with `wait_ms` and `max_turns`; the claimed turns.
 async fn claim(s: &TestServer, worker: &str, wait_ms: u64, max: u32) -> TestResult<Vec<Value>> {
-    let (status, body) = call(
+    let (status, body) = worker_post(
         s,
         "/claim",
         json!({"worker_id": worker, "wait_ms": wait_ms, "max_turns": max}),
@@ -59,7 +48,7 @@ async fn events(
     seq: i64,
     events: Value,
 ) -> TestResult<(u16, Value)> {
-    call(
+    worker_post(
         s,
         &format!("/turns/{turn}/events"),
         json!({"lease": lease, "seq": seq, "events": events}),
@@ -134,7 +123,7 @@ async fn browser_sees_a_workers_turn_like_a_built_in_agents() -> TestResult {
     )
     .await?;
     assert_eq!(st, 200);
-    let (st, done) = call(
+    let (st, done) = worker_post(
         &s,
         &format!("/turns/{turn}/complete"),
         json!({"lease": lease, "seq": 2}),
@@ -278,7 +267,7 @@ async fn seq_retries_append_nothing_and_gaps_are_refused() -> TestResult {
     let (st, ack) = events(&s, &turn, &lease, 0, json!([response("one ")])).await?;
     assert_eq!((st, ack["acked_seq"].as_i64()), (200, Some(1)));
     // complete's seq is the next one.
-    let (st, gap) = call(
+    let (st, gap) = worker_post(
         &s,
         &format!("/turns/{turn}/complete"),
         json!({"lease": lease, "seq": 1}),
@@ -286,7 +275,7 @@ async fn seq_retries_append_nothing_and_gaps_are_refused() -> TestResult {
     .await?;
     assert_eq!((st, code(&gap)), (409, "seq_gap"));
     for _ in 0..2 {
-        let (st, done) = call(
+        let (st, done) = worker_post(
             &s,
             &format!("/turns/{turn}/complete"),
             json!({"lease": lease, "seq": 2}),
@@ -352,7 +341,7 @@ async fn a_lost_lease_ends_the_turn_interrupted_once() -> TestResult {
     // The late worker is told, and nothing more is journaled for the turn.
     let (st, body) = events(&s, &turn, &lease, 1, json!([response(" more")])).await?;
     assert_eq!((st, code(&body)), (409, "lease_lost"), "{body}");
-    let (st, body) = call(
+    let (st, body) = worker_post(
         &s,
         &format!("/turns/{turn}/heartbeat"),
         json!({"lease": lease}),
@@ -396,7 +385,7 @@ async fn leases_survive_a_restart() -> TestResult {
     );
     let (st, _) = events(&s, &turn, &lease, 1, json!([response("after")])).await?;
     assert_eq!(st, 200);
-    let (st, _) = call(
+    let (st, _) = worker_post(
         &s,
         &format!("/turns/{turn}/complete"),
         json!({"lease": lease, "seq": 2}),
@@ -446,7 +435,7 @@ async fn a_cancel_reaches_the_worker() -> TestResult {
     let turn = s.send("a", "slow").await?.turn_id;
     let (_, lease) = claim_one(&s, "w").await?;
     events(&s, &turn, &lease, 0, json!([response("so far")])).await?;
-    let (st, hb) = call(
+    let (st, hb) = worker_post(
         &s,
         &format!("/turns/{turn}/heartbeat"),
         json!({"lease": lease}),
@@ -464,14 +453,14 @@ async fn a_cancel_reaches_the_worker() -> TestResult {
     assert_eq!(info.text, "so far");
     let (st, body) = events(&s, &turn, &lease, 1, json!([response(" more")])).await?;
     assert_eq!((st, code(&body)), (409, "turn_cancelled"), "{body}");
-    let (st, hb) = call(
+    let (st, hb) = worker_post(
         &s,
         &format!("/turns/{turn}/heartbeat"),
         json!({"lease": lease}),
     )
     .await?;
     assert_eq!((st, hb["state"].as_str()), (200, Some("cancelled")), "{hb}");
-    let (st, body) = call(
+    let (st, body) = worker_post(
         &s,
         &format!("/turns/{turn}/complete"),
         json!({"lease": lease, "seq": 1}),
@@ -528,7 +517,7 @@ async fn sessions_stay_fifo_with_several_workers() -> TestResult {
             .ok_or("turn not claimed")?;
         str_of(&t["lease"], "token")
     };
-    let (st, _) = call(
+    let (st, _) = worker_post(
         &s,
         &format!("/turns/{}/complete", a[0]),
         json!({"lease": lease_of(&a[0])?, "seq": 0}),
@@ -548,7 +537,7 @@ async fn sessions_stay_fifo_with_several_workers() -> TestResult {
         .collect();
     assert_eq!(got, [a[1].as_str()]);
     // Failing b0 hands out b1 next, never b2.
-    let (st, f) = call(
+    let (st, f) = worker_post(
         &s,
         &format!("/turns/{}/fail", b[0]),
         json!({"lease": lease_of(&b[0])?, "seq": 0, "error": {"message": "model down"}}),
@@ -599,7 +588,7 @@ async fn refusals_and_bad_input() -> TestResult {
         (json!({"worker_id": "w", "wait_ms": -1}), "wait_ms"),
         (json!({}), "worker_id"),
     ] {
-        let (st, body) = call(&s, "/claim", bad.clone()).await?;
+        let (st, body) = worker_post(&s, "/claim", bad.clone()).await?;
         assert!(st == 400 || st == 422, "{bad} answered {st}");
         assert!(body["error"]["code"].is_string(), "{bad}: {body}");
         assert!(
@@ -646,7 +635,7 @@ async fn refusals_and_bad_input() -> TestResult {
     )
     .await?;
     assert_eq!((st, code(&body)), (422, "invalid_body"));
-    let (st, body) = call(
+    let (st, body) = worker_post(
         &s,
         &format!("/turns/{turn}/fail"),
         json!({"lease": lease, "seq": 0, "error": {"message": ""}}),
@@ -657,7 +646,7 @@ async fn refusals_and_bad_input() -> TestResult {
 
     // Without any auth configured, the worker API is refused and says what it needs.
     let open = TestServer::start(&["--agent", "worker"])?;
-    let (st, body) = call(&open, "/claim", claim_body.clone()).await?;
+    let (st, body) = worker_post(&open, "/claim", claim_body.clone()).await?;
     assert_eq!((st, code(&body)), (403, "forbidden"));
     assert!(body["error"]["message"]
         .as_str()
@@ -666,7 +655,7 @@ async fn refusals_and_bad_input() -> TestResult {
     // A server whose own agent runs turns does not serve it.
     let mut demo = TestServer::start(&["--service-key", SERVICE_KEY])?;
     demo.http = keyed_client(SERVICE_KEY)?;
-    let (st, body) = call(&demo, "/claim", claim_body).await?;
+    let (st, body) = worker_post(&demo, "/claim", claim_body).await?;
     assert_eq!((st, code(&body)), (404, "not_found"));
     Ok(())
 }
@@ -685,9 +674,9 @@ async fn a_worker_waits_for_input_and_another_continues_the_turn() -> TestResult
         {"type": "input_requested", "request_id": "ok_deploy", "kind": "approval",
          "tool": {"call_id": "c1", "name": "deploy", "input": {"env": "prod"}}}
     ]});
-    let (status, body) = call(&s, &format!("/turns/{turn}/events"), asked).await?;
+    let (status, body) = worker_post(&s, &format!("/turns/{turn}/events"), asked).await?;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = call(
+    let (status, body) = worker_post(
         &s,
         &format!("/turns/{turn}/wait"),
         json!({"lease": lease, "seq": 1}),
@@ -696,7 +685,7 @@ async fn a_worker_waits_for_input_and_another_continues_the_turn() -> TestResult
     assert_eq!((status, &body["state"]), (200, &json!("waiting")), "{body}");
     // The lease is over: the first worker can write no more.
     let late = json!({"lease": lease, "seq": 2, "events": [{"type": "response", "delta": "x"}]});
-    let (status, body) = call(&s, &format!("/turns/{turn}/events"), late).await?;
+    let (status, body) = worker_post(&s, &format!("/turns/{turn}/events"), late).await?;
     assert_eq!(
         (status, &body["error"]["code"]),
         (409, &json!("lease_lost"))
@@ -725,9 +714,9 @@ async fn a_worker_waits_for_input_and_another_continues_the_turn() -> TestResult
     let lease = str_of(&t["lease"], "token")?;
     let done =
         json!({"lease": lease, "seq": 2, "events": [{"type": "response", "delta": "Deployed."}]});
-    let (status, _) = call(&s, &format!("/turns/{turn}/events"), done).await?;
+    let (status, _) = worker_post(&s, &format!("/turns/{turn}/events"), done).await?;
     assert_eq!(status, 200);
-    let (status, body) = call(
+    let (status, body) = worker_post(
         &s,
         &format!("/turns/{turn}/complete"),
         json!({"lease": lease, "seq": 3}),
@@ -755,7 +744,7 @@ async fn a_repeated_request_id_or_one_request_too_many_is_refused() -> TestResul
     let (turn, lease) = claim_one(&s, "w-dup").await?;
     let ask = |id: &str| json!({"type": "input_requested", "request_id": id, "kind": "question", "prompt": "?"});
     let dup = json!({"lease": lease, "seq": 0, "events": [ask("q1"), ask("q1")]});
-    let (status, body) = call(&s, &format!("/turns/{turn}/events"), dup).await?;
+    let (status, body) = worker_post(&s, &format!("/turns/{turn}/events"), dup).await?;
     assert_eq!(
         (status, &body["error"]["code"]),
         (400, &json!("invalid_request")),
@@ -765,7 +754,7 @@ async fn a_repeated_request_id_or_one_request_too_many_is_refused() -> TestResul
         .map(|i| ask(&format!("q{i}")))
         .collect();
     let too_many = json!({"lease": lease, "seq": 0, "events": many});
-    let (status, body) = call(&s, &format!("/turns/{turn}/events"), too_many).await?;
+    let (status, body) = worker_post(&s, &format!("/turns/{turn}/events"), too_many).await?;
     assert_eq!(
         (status, &body["error"]["code"]),
         (400, &json!("invalid_request")),
@@ -773,7 +762,7 @@ async fn a_repeated_request_id_or_one_request_too_many_is_refused() -> TestResul
     );
     // Neither batch was accepted: seq 0 is still the next one, and the turn asked nothing.
     let ok = json!({"lease": lease, "seq": 0, "events": [ask("q1")]});
-    let (status, body) = call(&s, &format!("/turns/{turn}/events"), ok).await?;
+    let (status, body) = worker_post(&s, &format!("/turns/{turn}/events"), ok).await?;
     assert_eq!((status, &body["acked_seq"]), (200, &json!(0)), "{body}");
     assert_eq!(s.turn(&turn).await?.requests.len(), 1);
     Ok(())
